@@ -1,0 +1,300 @@
+"""Parse the raw text a model produced into tool calls, a message, or a precise error.
+
+Accepted forms (tried in this order, after removing ``<think>...</think>`` reasoning):
+
+1. Hermes ``<tool_call>{...}</tool_call>`` blocks (one call per block).
+2. One fenced code block (```json / ```python / ```) holding a call.
+3. The whole text as JSON: ``{"name": ..., "arguments": {...}}``; the aliases
+   ``{"tool": ..., "args": ...}``, ``{"name": ..., "parameters": ...}`` and the OpenAI
+   ``{"function": {"name": ..., "arguments": "<json>"}}``; or a list of those.
+4. The whole text as Python call syntax ``move(direction="up")``, one call per line,
+   parsed with :mod:`ast` (arguments through ``ast.literal_eval``; never ``eval``/``exec``).
+   Positional arguments map onto the tool's parameters in declaration order, and a bare
+   identifier argument (``move(up)``) is read as the string ``"up"``.
+5. A call embedded in prose: a JSON object with a ``name``/``tool`` key, or a last line
+   that calls a known tool.
+6. Otherwise plain text: a message to the user in envs that have one, else ``parse_error``.
+
+Results are cached per parser (parsing is a pure function of the text), so repeated
+actions cost a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym_envs.core.errors import did_you_mean
+from agentgym_envs.core.info import ErrorCode
+from agentgym_envs.core.tools import ToolCall, ToolSet
+
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+_FENCE = re.compile(r"```[A-Za-z_]*[ \t]*\n?(.*?)```", re.DOTALL)
+_CALL_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\s*\(")
+_CALL_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(.*\)\s*;?\s*$")
+_CACHE_LIMIT = 8192
+_CACHE_MAX_TEXT = 1024
+
+
+class _ParseFailure(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAction:
+    """The parser's verdict on one action text.
+
+    Exactly one of these holds: ``error`` is set; ``calls`` is non-empty; ``message``
+    is set (plain text for the user).
+    """
+
+    calls: tuple[ToolCall, ...] = ()
+    message: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    canonical: str = ""
+    """A normal form of the action (for history, loop detection and dedup)."""
+
+
+class ActionParser:
+    """Parses and validates actions against one env's tools.
+
+    Args:
+        tools: the tools the agent may call.
+        accepts_messages: whether plain text is a message to a user (else an error).
+        max_calls: the most tool calls one action may hold.
+        max_chars: longer actions are rejected with ``parse_error``.
+    """
+
+    def __init__(
+        self, tools: ToolSet, *, accepts_messages: bool, max_calls: int = 1, max_chars: int = 8192
+    ) -> None:
+        self.tools = tools
+        self.accepts_messages = accepts_messages
+        self.max_calls = max_calls
+        self.max_chars = max_chars
+        self._cache: dict[str, ParsedAction] = {}
+
+    def parse(self, text: str) -> ParsedAction:
+        """Parse ``text``; never raises."""
+        cached = self._cache.get(text)
+        if cached is not None:
+            return cached
+        result = self._parse_uncached(text)
+        if len(text) <= _CACHE_MAX_TEXT:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[text] = result
+        return result
+
+    def _parse_uncached(self, text: str) -> ParsedAction:
+        if len(text) > self.max_chars:
+            return _failed(
+                ErrorCode.PARSE_ERROR,
+                f"the action has {len(text)} characters; the limit is {self.max_chars}. "
+                "Send one short tool call.",
+            )
+        try:
+            raws = self._extract(text)
+            if raws is None:
+                return self._plain(text)
+            if not raws:
+                raise _ParseFailure(ErrorCode.PARSE_ERROR, "no tool call found")
+            if len(raws) > self.max_calls:
+                raise _ParseFailure(
+                    ErrorCode.TOO_MANY_CALLS,
+                    f"the action holds {len(raws)} tool calls; at most {self.max_calls} "
+                    "per step are allowed",
+                )
+            calls = tuple(self._resolve(name, args) for name, args in raws)
+            canonical = ";".join(
+                f"{c.name} {json.dumps(c.arguments, sort_keys=True, default=repr)}" for c in calls
+            )
+            return ParsedAction(calls=calls, canonical=canonical)
+        except _ParseFailure as failure:
+            return _failed(failure.code, failure.message)
+        except (RecursionError, MemoryError, ValueError, TypeError) as exc:
+            return _failed(
+                ErrorCode.PARSE_ERROR, f"could not parse the action ({type(exc).__name__})"
+            )
+
+    # -- extraction: text -> list of (name, arguments) or None for plain text --------------
+
+    def _extract(self, text: str) -> list[tuple[str, Any]] | None:
+        body = _THINK.sub("", text).strip() if "<think>" in text.lower() else text.strip()
+        if "<tool_call>" in body:
+            calls: list[tuple[str, Any]] = []
+            for block in _TOOL_CALL.findall(body):
+                calls.extend(self._calls_from_block(block))
+            return calls
+        if "```" in body:
+            fences = [f.strip() for f in _FENCE.findall(body) if f.strip()]
+            if len(fences) == 1:
+                return self._calls_from_block(fences[0])
+        if body.startswith(("{", "[")):
+            return self._calls_from_json(body)
+        if _CALL_START.match(body):
+            return self._calls_from_python(body)
+        return self._embedded(body)
+
+    def _calls_from_block(self, block: str) -> list[tuple[str, Any]]:
+        if block.startswith(("{", "[")):
+            return self._calls_from_json(block)
+        if _CALL_START.match(block):
+            return self._calls_from_python(block)
+        raise _ParseFailure(
+            ErrorCode.PARSE_ERROR,
+            f"expected a JSON object or a call like name(arg=...), got {block[:60]!r}",
+        )
+
+    def _calls_from_json(self, text: str) -> list[tuple[str, Any]]:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _ParseFailure(
+                ErrorCode.PARSE_ERROR, f"invalid JSON: {exc.msg} at line {exc.lineno} "
+                f"column {exc.colno}"
+            ) from None
+        items = data if isinstance(data, list) else [data]
+        return [_call_from_object(item) for item in items]
+
+    def _calls_from_python(self, text: str) -> list[tuple[str, Any]]:
+        try:
+            module = ast.parse(text.rstrip(";"), mode="exec")
+        except SyntaxError as exc:
+            raise _ParseFailure(
+                ErrorCode.PARSE_ERROR, f"invalid call syntax: {exc.msg} (column {exc.offset})"
+            ) from None
+        calls = []
+        for stmt in module.body:
+            if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+                raise _ParseFailure(
+                    ErrorCode.PARSE_ERROR, "expected only tool calls like name(arg=...)"
+                )
+            calls.append(self._call_from_ast(stmt.value))
+        return calls
+
+    def _call_from_ast(self, node: ast.Call) -> tuple[str, Any]:
+        if not isinstance(node.func, ast.Name):
+            raise _ParseFailure(
+                ErrorCode.PARSE_ERROR, "call a tool by its bare name, e.g. move(direction='up')"
+            )
+        name = node.func.id
+        args: dict[str, Any] = {}
+        params = self.tools[name].param_names if name in self.tools else ()
+        if node.args:
+            if name in self.tools and len(node.args) > len(params):
+                raise _ParseFailure(
+                    ErrorCode.BAD_ARGUMENTS,
+                    f"{name} takes at most {len(params)} positional argument(s), got "
+                    f"{len(node.args)}; use {self.tools[name].signature()}",
+                )
+            for i, arg in enumerate(node.args):
+                key = params[i] if i < len(params) else f"_{i}"
+                args[key] = _literal(arg)
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, "**kwargs are not allowed")
+            if kw.arg in args:
+                raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"argument {kw.arg!r} given twice")
+            args[kw.arg] = _literal(kw.value)
+        return name, args
+
+    def _embedded(self, body: str) -> list[tuple[str, Any]] | None:
+        start, end = body.find("{"), body.rfind("}")
+        if 0 <= start < end:
+            try:
+                data = json.loads(body[start : end + 1])
+            except (json.JSONDecodeError, RecursionError):
+                data = None
+            if isinstance(data, dict) and ({"name", "tool", "function"} & data.keys()):
+                return [_call_from_object(data)]
+        lines = [ln for ln in body.splitlines() if ln.strip()]
+        if lines:
+            match = _CALL_LINE.match(lines[-1])
+            if match and match.group(1) in self.tools:
+                return self._calls_from_python(lines[-1].strip())
+        return None
+
+    # -- resolution: (name, args) -> validated ToolCall ----------------------------------
+
+    def _resolve(self, name: str, args: Any) -> ToolCall:
+        spec = self.tools.get(name)
+        if spec is None:
+            hint = did_you_mean(name, self.tools)
+            raise _ParseFailure(
+                ErrorCode.UNKNOWN_TOOL,
+                f"unknown tool {name!r}.{hint} Available tools: {', '.join(self.tools)}",
+            )
+        if not isinstance(args, dict):
+            raise _ParseFailure(
+                ErrorCode.BAD_ARGUMENTS,
+                f"arguments of {name} must be an object, got {type(args).__name__}",
+            )
+        extra = [k for k in args if k.startswith("_") and k[1:].isdigit()]
+        if extra:
+            raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"too many positional arguments for {name}")
+        error = spec.validate(args)
+        if error is not None:
+            raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"{error}; use {spec.signature()}")
+        return ToolCall(name=name, arguments=args)
+
+    def _plain(self, text: str) -> ParsedAction:
+        if self.accepts_messages and text.strip():
+            return ParsedAction(message=text.strip(), canonical=f"say {text.strip()}")
+        return _failed(
+            ErrorCode.PARSE_ERROR, "no tool call found" if text.strip() else "the action is empty"
+        )
+
+
+def _failed(code: str, message: str) -> ParsedAction:
+    return ParsedAction(error_code=code, error_message=message, canonical=f"!{code}")
+
+
+def _call_from_object(item: Any) -> tuple[str, Any]:
+    if not isinstance(item, dict):
+        raise _ParseFailure(
+            ErrorCode.PARSE_ERROR,
+            f'expected an object like {{"name": ..., "arguments": {{...}}}}, got '
+            f"{type(item).__name__}",
+        )
+    if isinstance(item.get("function"), dict):  # OpenAI tool_calls entry
+        item = item["function"]
+    name = item.get("name", item.get("tool", item.get("tool_name")))
+    if not isinstance(name, str):
+        raise _ParseFailure(
+            ErrorCode.PARSE_ERROR,
+            'the call has no tool name; write {"name": "<tool>", "arguments": {...}}',
+        )
+    args: Any = {}
+    for key in ("arguments", "args", "parameters", "input"):
+        if key in item:
+            args = item[key]
+            break
+    if isinstance(args, str):  # OpenAI sends arguments as a JSON string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise _ParseFailure(
+                ErrorCode.BAD_ARGUMENTS, f"arguments string is not valid JSON: {exc.msg}"
+            ) from None
+    return name, args
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Name):  # bareword: move(up) means move("up")
+        return node.id
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+        raise _ParseFailure(
+            ErrorCode.BAD_ARGUMENTS,
+            "arguments must be literals (strings, numbers, booleans, lists, dicts)",
+        ) from None

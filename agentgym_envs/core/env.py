@@ -1,0 +1,653 @@
+"""The env base class: a ``gymnasium.Env[str, str]`` with a fixed step order.
+
+``step`` runs parse -> gate -> execute -> observe -> milestones -> verify -> reward ->
+outcome. A family subclasses :class:`AgentEnv`, declares tools as methods decorated with
+:func:`~agentgym_envs.core.tools.tool`, and fills in the world hooks; it never rewrites
+the loop (MiniGrid's template-method pattern).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, Protocol
+
+import gymnasium as gym
+
+from agentgym_envs.core.actions import ActionParser, ParsedAction
+from agentgym_envs.core.errors import (
+    ConfigError,
+    ResetNeeded,
+    StateError,
+    TransientToolError,
+    did_you_mean,
+)
+from agentgym_envs.core.gates import GateMode, SafetyGate
+from agentgym_envs.core.info import (
+    ErrorCode,
+    ErrorInfo,
+    Outcome,
+    SafetyInfo,
+    StepInfo,
+    ToolCallInfo,
+    ToolStatus,
+)
+from agentgym_envs.core.ledger import CostLedger
+from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
+from agentgym_envs.core.spaces import TextSpace, sanitize
+from agentgym_envs.core.state import EnvState, fingerprint
+from agentgym_envs.core.tasks import SPLITS, Task, TaskSet, load_task_set
+from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
+from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
+
+logger = logging.getLogger(__name__)
+
+RESET_OPTIONS = ("task_id", "split", "difficulty", "task_seed", "verifier_seed")
+_SIMPLE = (str, int, float, bool, type(None))
+
+
+class Oracle(Protocol):
+    """A scripted solver bound to one env; it reads the env's true state."""
+
+    def act(self) -> str:
+        """The next action text that leads to success from the current state."""
+        ...
+
+
+class AgentEnv(gym.Env[str, str], ABC):
+    """Base class of every agentgym env. See DESIGN.md section 2 for the contract.
+
+    Args:
+        render_mode: None or ``"ansi"`` (``render()`` returns the current view as text).
+        split: the default split reset samples from (``train``, ``test``, ``ood``).
+        difficulty: the default difficulty, or None for all.
+        reward_config: the reward weights; ``RewardConfig()`` by default.
+        max_steps: a step budget overriding the task's own.
+        max_errors: end the episode (``TIMEOUT``) after this many policy errors.
+        max_cost: end the episode (``TIMEOUT``) once the ledger cost exceeds this.
+        max_calls_per_step: how many tool calls one action may hold.
+        timing: ``"virtual"`` charges each tool its nominal duration, so ``info`` is
+            deterministic; ``"wall"`` measures real time.
+        tool_retries: retries of a tool whose backend raises ``TransientToolError``.
+        tasks: use these tasks instead of the env's task set (your own task file,
+            loaded with ``load_task_set``, or a list of ``Task``).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+
+    # -- what a family declares --------------------------------------------------------
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    version: ClassVar[str] = "1"
+    verifier_version: ClassVar[str] = "1"
+    task_file: ClassVar[str] = ""
+    accepts_messages: ClassVar[bool] = False
+    example_action: ClassVar[str] = ""
+    noop_action: ClassVar[str] = ""
+    max_observation_chars: ClassVar[int] = 16384
+    max_action_chars: ClassVar[int] = 8192
+    toolset: ClassVar[ToolSet]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.toolset = ToolSet.from_class(cls)
+
+    def __init__(
+        self,
+        *,
+        render_mode: str | None = None,
+        split: str = "train",
+        difficulty: str | None = None,
+        reward_config: RewardConfig | None = None,
+        max_steps: int | None = None,
+        max_errors: int | None = None,
+        max_cost: float | None = None,
+        max_calls_per_step: int = 1,
+        timing: Literal["virtual", "wall"] = "virtual",
+        tool_retries: int = 2,
+        tasks: TaskSet | Sequence[Task] | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(
+                f"render_mode must be None or one of {self.metadata['render_modes']}, "
+                f"got {render_mode!r}"
+            )
+        if timing not in ("virtual", "wall"):
+            raise ConfigError(f"timing must be 'virtual' or 'wall', got {timing!r}")
+        for label, value in (("max_steps", max_steps), ("max_errors", max_errors)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{label} must be a positive int or None, got {value!r}")
+        if max_calls_per_step < 1:
+            raise ConfigError(f"max_calls_per_step must be >= 1, got {max_calls_per_step}")
+        if reward_config is not None and not isinstance(reward_config, RewardConfig):
+            raise ConfigError(
+                "reward_config must be a RewardConfig (from agentgym_envs.core import "
+                f"RewardConfig), got {type(reward_config).__name__}"
+            )
+        self.render_mode = render_mode
+        self.reward_config = reward_config or RewardConfig()
+        self.max_steps = max_steps
+        self.max_errors = max_errors
+        self.max_cost = max_cost
+        self.timing = timing
+        self.tool_retries = tool_retries
+        self.observation_space = TextSpace(self.max_observation_chars)
+        self.action_space = TextSpace(self.max_action_chars, min_length=0)
+        if tasks is None:
+            self.task_set: TaskSet = load_task_set(self.task_file)
+        elif isinstance(tasks, TaskSet):
+            self.task_set = tasks
+        else:
+            self.task_set = TaskSet.from_tasks(self.name, tasks)
+        self._check_split(split, difficulty)
+        self.split = split
+        self.difficulty = difficulty
+        self.parser = ActionParser(
+            self.toolset, accepts_messages=self.accepts_messages,
+            max_calls=max_calls_per_step, max_chars=self.max_action_chars,
+        )  # fmt: skip
+        self.gates: list[SafetyGate] = []
+        self.ledger = CostLedger()
+        self._tally = RewardTally()
+        self._task: Task | None = None
+        self._tracker = MilestoneTracker(())
+        self._invariant_list: Sequence[Invariant] = ()
+        self._outcome = Outcome.CONTINUE
+        self._reason: str | None = None
+        self._step = 0
+        self._budget = 0
+        self._history: list[str] = []
+        self._visits: dict[Any, int] = {}
+        self._seeds: dict[str, int | None] = {}
+        self._last_obs = ""
+        self._closed = False
+        self._versions = {
+            "env": f"{self.name}-v{self.version}{self.variant()}", "tools": self.toolset.fingerprint,
+            "reward": self.reward_config.version_tag, "verifier": self.verifier_version,
+            "task_set": self.task_set.version,
+        }  # fmt: skip
+
+    # -- hooks a family implements -----------------------------------------------------
+
+    @abstractmethod
+    def _load_task(self, task: Task) -> None:
+        """Build the world of ``task`` in its initial state."""
+
+    @abstractmethod
+    def _get_world(self) -> Any:
+        """The world state as plain data that the caller owns (no shared mutables)."""
+
+    @abstractmethod
+    def _set_world(self, world: Any) -> None:
+        """Restore the world from :meth:`_get_world` output."""
+
+    @abstractmethod
+    def render_view(self) -> str:
+        """The agent's current view of the world (a board, a room, a page)."""
+
+    @abstractmethod
+    def _goal_reached(self) -> bool:
+        """The goal verifier: True when the task is accomplished."""
+
+    @abstractmethod
+    def oracle(self) -> Oracle:
+        """A scripted solver that reaches success from the current state."""
+
+    @classmethod
+    @abstractmethod
+    def generate_task(cls, seed: int, difficulty: str, split: str) -> Task | None:
+        """Generate one validated task from a seed, or None if the draw is rejected."""
+
+    @classmethod
+    def task_key(cls, task: Task) -> Any:
+        """Hashable data identifying a task's initial state (to keep generated tasks unique)."""
+        return json.dumps(task.spec, sort_keys=True)
+
+    @classmethod
+    def validate_task(cls, task: Task, **env_kwargs: Any) -> str | None:
+        """Check a generated task: not solved at reset, its solution succeeds, and the
+        do-nothing policy (``noop_action`` every step) does not. Returns why it is
+        invalid, or None."""
+        env = cls(tasks=[task], split=task.split, **env_kwargs)
+        try:
+            env.reset(seed=0, options={"task_id": task.id})
+            if env._goal_reached():
+                return "already solved at reset"
+            outcome = Outcome.CONTINUE
+            for action in task.solution:
+                _, _, _, _, info = env.step(action)
+                outcome = info["outcome"]
+                if outcome is not Outcome.CONTINUE:
+                    break
+            if outcome is not Outcome.SUCCESS:
+                return f"the stored solution ends with {outcome.value}"
+            env.reset(seed=0, options={"task_id": task.id})
+            while env.outcome is Outcome.CONTINUE:
+                env.step(cls.noop_action)
+            if env.outcome is Outcome.SUCCESS:
+                return "doing nothing succeeds"
+            return None
+        finally:
+            env.close()
+
+    def _world_key(self) -> Any:
+        """Hashable plain data identifying the world state (visits and ``state_hash``)."""
+        return self._get_world()
+
+    def _milestones(self) -> Sequence[Milestone]:
+        """The current task's milestones."""
+        return ()
+
+    def _invariants(self) -> Sequence[Invariant]:
+        """The current task's invariants (collateral-damage checks)."""
+        return ()
+
+    def _dead_end(self) -> str | None:
+        """Why the goal can no longer be reached, or None."""
+        return None
+
+    def variant(self) -> str:
+        """A suffix for ``versions["env"]`` naming constructor options that change the
+        dynamics (``+slippery``); empty by default."""
+        return ""
+
+    def system_rules(self) -> str:
+        """The env's standing rules for the system prompt."""
+        return ""
+
+    def on_message(self, text: str) -> ToolResult:
+        """Handle a plain-text message to the user (only where ``accepts_messages``)."""
+        return ToolResult.failure(ErrorCode.PARSE_ERROR, "this env has no user to talk to")
+
+    def _close(self) -> None:
+        """Release processes, files and ports (called once by :meth:`close`)."""
+
+    # -- the Gymnasium API -------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode. The same (seed, options) gives the same episode, byte for byte.
+
+        Without a seed, the env draws one from its RNG and reports it in
+        ``info["seeds"]["env"]``, so every episode can be replayed from its info.
+
+        Options: ``task_id``, ``split``, ``difficulty``, ``task_seed`` (generate a fresh
+        task from this seed instead of using the task set), ``verifier_seed``.
+        """
+        self._check_open()
+        opts = self._check_options(options)
+        if seed is None:
+            if self._np_random is None:
+                super().reset(seed=None)
+            seed = int(self.np_random.integers(0, 2**31 - 1))
+        super().reset(seed=seed)
+        task = self._select_task(opts)
+        self._start(task)
+        self._seeds = {"env": seed, "task": task.seed, "verifier": opts.get("verifier_seed")}
+        self._visits = {self._world_key(): 1}
+        rules = self.system_rules()
+        system = (
+            f"{rules}\n\n" if rules else ""
+        ) + f"Tools:\n{self.toolset.describe()}\n\n{_FORMAT_NOTE}" + (
+            f"\nExample: {self.example_action}" if self.example_action else ""
+        )
+        obs = sanitize(f"{task.instruction}\n\n{self.render_view()}", self.max_observation_chars)
+        self._last_obs = obs
+        self.ledger.chars_out += len(obs)
+        components = dict.fromkeys(COMPONENTS, 0.0)
+        info = self._info(Outcome.CONTINUE, [], None, [], components, None, 1)
+        info["system"] = sanitize(system, self.max_observation_chars)
+        return obs, dict(info)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Run one action: parse, gate, execute, observe, milestones, verify, reward."""
+        self._check_open()
+        if self._task is None:
+            raise ResetNeeded("call reset() before step()")
+        if self._outcome is not Outcome.CONTINUE:
+            raise ResetNeeded(f"the episode ended ({self._outcome.value}); call reset()")
+        text = action if isinstance(action, str) else _coerce_action(action)
+        self._step += 1
+        ledger = self.ledger
+        ledger.chars_in += len(text)
+        parsed = self.parser.parse(text)
+        calls_info: list[ToolCallInfo] = []
+        results: list[ToolResult] = []
+        error: ErrorInfo | None = None
+        safety: SafetyInfo | None = None
+        outcome = Outcome.CONTINUE
+        cost = 0.0
+        errors = 0
+        if parsed.error_code is not None:
+            error = {"code": parsed.error_code, "message": self._hint(parsed)}
+            errors = 1
+        elif parsed.message is not None:
+            result = self.on_message(parsed.message)
+            results.append(result)
+            if result.error_code is not None:
+                error = {"code": result.error_code, "message": result.text}
+                errors = 1
+        else:
+            for i, call in enumerate(parsed.calls):
+                status, latency = ToolStatus.SKIPPED, 0.0
+                if outcome is Outcome.CONTINUE:
+                    status, latency, charged, result, outcome, safety_now = self._run_call(call)
+                    cost += charged
+                    if result is not None:
+                        results.append(result)
+                        if result.error_code is not None:
+                            error = {"code": result.error_code, "message": result.text}
+                            errors += status is ToolStatus.BLOCKED
+                    safety = safety_now or safety
+                calls_info.append({
+                    "name": call.name, "arguments": _fresh(call.arguments),
+                    "call_id": f"call_{self._step}_{i}", "status": status,
+                    "latency_ms": latency,
+                })  # fmt: skip
+        ledger.errors += errors
+        new: list[str] = []
+        share = 0.0
+        if outcome is Outcome.CONTINUE:
+            new, share = self._tracker.update()
+            outcome, self._reason = verify(self._goal_reached, self._invariant_list, self._dead_end)
+            if outcome is Outcome.CONTINUE:
+                outcome, self._reason = self._check_budgets()
+        elif outcome is Outcome.SAFETY_STOP:
+            new, share = self._tracker.update()
+            self._reason = safety["reason"] if safety else None
+        components = step_reward(
+            self.reward_config, self._tally, outcome=outcome, milestone_share=share,
+            cost=cost, errors=errors,
+        )  # fmt: skip
+        self._outcome = outcome
+        key = self._world_key()
+        visits = self._visits[key] = self._visits.get(key, 0) + 1
+        self._history.append(parsed.canonical)
+        obs = sanitize(self._observation(results, error, outcome), self.max_observation_chars)
+        ledger.chars_out += len(obs)
+        self._last_obs = obs
+        info = self._info(outcome, calls_info, error, new, components, safety, visits)
+        terminated = outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.SAFETY_STOP)
+        truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
+        return obs, sum(components.values()), terminated, truncated, dict(info)
+
+    def render(self) -> str | None:  # type: ignore[override]
+        """In ``ansi`` mode, the current view as text."""
+        if self.render_mode == "ansi":
+            return self.render_view() if self._task is not None else ""
+        return None
+
+    def close(self) -> None:
+        """Release resources. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close()
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def get_state(self) -> EnvState:
+        """Snapshot the whole episode: world, history, RNG, ledger, rewards, milestones."""
+        if self._task is None:
+            raise ResetNeeded("call reset() before get_state()")
+        episode = {
+            "task": self._task, "step": self._step, "budget": self._budget,
+            "outcome": self._outcome, "reason": self._reason,
+            "history": tuple(self._history), "ledger": self.ledger.get_state(),
+            "tally": self._tally.as_tuple(), "milestones": tuple(self._tracker.reached),
+            "rng": self.np_random.bit_generator.state, "visits": dict(self._visits),
+            "seeds": dict(self._seeds), "last_obs": self._last_obs,
+        }  # fmt: skip
+        return EnvState(self.name, self.version, self._task.id, self._get_world(), episode)
+
+    def set_state(self, state: EnvState) -> None:
+        """Restore a snapshot taken by :meth:`get_state` (of this env id and version)."""
+        self._check_open()
+        if not isinstance(state, EnvState):
+            raise StateError(f"set_state expects an EnvState, got {type(state).__name__}")
+        if (state.env, state.version) != (self.name, self.version):
+            raise StateError(
+                f"snapshot is from {state.env}-v{state.version}, this env is "
+                f"{self.name}-v{self.version}; restore it into the env that took it"
+            )
+        ep = state.episode
+        task: Task = ep["task"]
+        if self._task is not task and self._task != task:
+            self._start(task)
+        self._set_world(state.world)
+        self._step, self._budget = ep["step"], ep["budget"]
+        self._outcome, self._reason = ep["outcome"], ep["reason"]
+        self._history = list(ep["history"])
+        self.ledger.set_state(ep["ledger"])
+        self._tally = RewardTally(*ep["tally"])
+        self._tracker.restore(ep["milestones"])
+        self.np_random.bit_generator.state = ep["rng"]
+        self._visits = dict(ep["visits"])
+        self._seeds = dict(ep["seeds"])
+        self._last_obs = ep["last_obs"]
+
+    def state_hash(self) -> str:
+        """A fingerprint of the world state (not of the episode bookkeeping)."""
+        if self._task is None:
+            raise ResetNeeded("call reset() before state_hash()")
+        return fingerprint((self.name, self._task.id, self._world_key()))
+
+    # -- read-only views ---------------------------------------------------------------
+
+    @property
+    def task(self) -> Task:
+        """The current task."""
+        if self._task is None:
+            raise ResetNeeded("call reset() first")
+        return self._task
+
+    @property
+    def outcome(self) -> Outcome:
+        return self._outcome
+
+    @property
+    def steps_taken(self) -> int:
+        return self._step
+
+    @property
+    def step_budget(self) -> int:
+        return self._budget
+
+    @property
+    def milestones_reached(self) -> tuple[str, ...]:
+        return tuple(self._tracker.reached)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _start(self, task: Task) -> None:
+        self._task = task
+        self._load_task(task)
+        self._tracker = MilestoneTracker(self._milestones())
+        self._invariant_list = tuple(self._invariants())
+        self.ledger = CostLedger()
+        self._tally = RewardTally()
+        self._outcome, self._reason = Outcome.CONTINUE, None
+        self._step = 0
+        self._budget = self.max_steps or task.max_steps
+        self._history = []
+
+    def _run_call(
+        self, call: ToolCall
+    ) -> tuple[ToolStatus, float, float, ToolResult | None, Outcome, SafetyInfo | None]:
+        """Gate, then execute one call: (status, latency, cost, result, outcome, safety)."""
+        for gate in self.gates:
+            verdict = gate.check(self, call)
+            if verdict is None:
+                continue
+            action = f"{call.name}({json.dumps(dict(call.arguments), sort_keys=True)})"
+            stop = verdict.mode is GateMode.STOP
+            info: SafetyInfo = {
+                "gate": verdict.gate, "action": action,
+                "verdict": "stopped" if stop else "blocked", "reason": verdict.reason,
+            }  # fmt: skip
+            if stop:
+                text = f"Stopped by safety gate {verdict.gate}: {verdict.reason}"
+                return ToolStatus.STOPPED, 0.0, 0.0, ToolResult(text), Outcome.SAFETY_STOP, info
+            result = ToolResult.failure(
+                ErrorCode.BLOCKED, f"Blocked by safety gate {verdict.gate}: {verdict.reason}"
+            )
+            return ToolStatus.BLOCKED, 0.0, 0.0, result, Outcome.CONTINUE, info
+        spec = self.toolset[call.name]
+        handler = getattr(self, spec.handler)
+        for attempt in range(self.tool_retries + 1):
+            start = time.perf_counter()
+            try:
+                result = handler(**_fresh(call.arguments))
+                break
+            except TransientToolError as exc:
+                logger.warning("%s: %s failed (attempt %d): %s", self.name, call.name, attempt, exc)
+                last: Exception = exc
+            except Exception as exc:
+                logger.exception("%s: tool %s crashed", self.name, call.name)
+                last = exc
+                break
+        else:
+            result = None
+        if result is None or not isinstance(result, ToolResult):
+            reason = f"{type(last).__name__}: {last}" if result is None else "bad tool result"
+            self._reason = f"tool {call.name} failed: {reason}"
+            return ToolStatus.ENV_ERROR, 0.0, 0.0, None, Outcome.ENV_ERROR, None
+        elapsed = (time.perf_counter() - start) * 1000.0
+        latency = spec.duration_ms if self.timing == "virtual" else elapsed
+        self.ledger.charge(call.name, spec.cost)
+        self.ledger.env_time_ms += latency
+        status = ToolStatus.OK if result.error_code is None else ToolStatus.ERROR
+        return status, latency, spec.cost, result, Outcome.CONTINUE, None
+
+    def _check_budgets(self) -> tuple[Outcome, str | None]:
+        if self._step >= self._budget:
+            return Outcome.TIMEOUT, f"step budget of {self._budget} used up"
+        if self.max_errors is not None and self.ledger.errors >= self.max_errors:
+            return Outcome.TIMEOUT, f"error budget of {self.max_errors} used up"
+        if self.max_cost is not None and self.ledger.total > self.max_cost:
+            return Outcome.TIMEOUT, f"cost budget of {self.max_cost} used up"
+        return Outcome.CONTINUE, None
+
+    def _observation(
+        self, results: list[ToolResult], error: ErrorInfo | None, outcome: Outcome
+    ) -> str:
+        parts = [r.text for r in results]
+        if error is not None and not results:
+            parts.append(f"Error ({error['code']}): {error['message']}")
+        if outcome is not Outcome.CONTINUE:
+            parts.append(_OUTCOME_TEXT[outcome].format(reason=self._reason or ""))
+        parts.append(self.render_view())
+        return "\n\n".join(parts)
+
+    def _hint(self, parsed: ParsedAction) -> str:
+        message = parsed.error_message or "invalid action"
+        if self.example_action:
+            message += f". Example of a valid action: {self.example_action}"
+        return message
+
+    def _info(
+        self,
+        outcome: Outcome,
+        calls: list[ToolCallInfo],
+        error: ErrorInfo | None,
+        new: list[str],
+        components: dict[str, float],
+        safety: SafetyInfo | None,
+        visits: int,
+    ) -> StepInfo:
+        task = self._task
+        assert task is not None
+        info: StepInfo = {
+            "outcome": outcome,
+            "tools": self.toolset.schemas(),
+            "tool_calls": calls,
+            "error": error,
+            "milestones": list(self._tracker.reached),
+            "new_milestones": new,
+            "reward_components": components,
+            "cost": self.ledger.snapshot(),
+            "safety": safety,
+            "versions": dict(self._versions),  # type: ignore[typeddict-item]
+            "seeds": dict(self._seeds),  # type: ignore[typeddict-item]
+            "task": {"id": task.id, "split": task.split, "difficulty": task.difficulty,
+                     "instruction": task.instruction},  # fmt: skip
+            "episode_valid": outcome is not Outcome.ENV_ERROR,
+            "step": self._step,
+            "state_visits": visits,
+        }
+        if outcome is Outcome.ENV_ERROR:
+            info["env_error"] = {"code": "env_error", "message": self._reason or ""}
+        return info
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ResetNeeded(f"{self.name} env is closed; make a new one with gym.make")
+
+    def _check_split(self, split: str, difficulty: str | None) -> None:
+        self.task_set.pool(split, difficulty)  # raises TaskNotFoundError with a suggestion
+
+    def _check_options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        opts = dict(options or {})
+        for key in opts:
+            if key not in RESET_OPTIONS:
+                raise ConfigError(
+                    f"unknown reset option {key!r}.{did_you_mean(key, RESET_OPTIONS)} "
+                    f"Valid options: {RESET_OPTIONS}"
+                )
+        if "split" in opts and opts["split"] not in SPLITS:
+            raise ConfigError(
+                f"split must be one of {SPLITS}, got {opts['split']!r}."
+                f"{did_you_mean(str(opts['split']), SPLITS)}"
+            )
+        return opts
+
+    def _select_task(self, opts: Mapping[str, Any]) -> Task:
+        if "task_id" in opts:
+            return self.task_set.get(opts["task_id"])
+        split = opts.get("split", self.split)
+        difficulty = opts.get("difficulty", self.difficulty)
+        if "task_seed" in opts:
+            level = difficulty or self.task_set.difficulties[0]
+            task = self.generate_task(int(opts["task_seed"]), level, split)
+            if task is None:
+                raise ConfigError(
+                    f"task_seed {opts['task_seed']} was rejected by the {self.name} generator "
+                    "(it yields no valid task); pick another task_seed"
+                )
+            return task
+        pool = self.task_set.pool(split, difficulty)
+        return pool[int(self.np_random.integers(len(pool)))]
+
+
+_FORMAT_NOTE = (
+    "Act by calling one tool per turn. Accepted forms: a JSON object "
+    '{"name": "<tool>", "arguments": {...}}, <tool_call>{...}</tool_call>, or a call '
+    "like tool(arg=value)."
+)
+
+_OUTCOME_TEXT = {
+    Outcome.SUCCESS: "Task complete.",
+    Outcome.FAILURE: "Episode over: {reason}.",
+    Outcome.TIMEOUT: "Episode over: {reason}.",
+    Outcome.SAFETY_STOP: "Episode stopped for safety.",
+    Outcome.ENV_ERROR: "The environment failed ({reason}); this is not the agent's fault.",
+}
+
+
+def _coerce_action(action: Any) -> str:
+    if isinstance(action, bytes | bytearray):
+        return bytes(action).decode("utf-8", errors="replace")
+    return "" if action is None else f"<non-text action of type {type(action).__name__}>"
+
+
+def _fresh(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of parsed arguments that callers may mutate (parses are cached)."""
+    if all(type(v) in _SIMPLE for v in arguments.values()):
+        return dict(arguments)
+    result: dict[str, Any] = json.loads(json.dumps(arguments))
+    return result
+

@@ -1,0 +1,69 @@
+"""Exceptions for programmer and configuration mistakes.
+
+An agent's bad action is never an exception: it becomes an error observation and
+``info["error"]``. The classes here are for code that calls the library wrongly.
+Each message says what was expected, what was got, and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class AgentGymError(Exception):
+    """Base class of every error raised by agentgym-envs."""
+
+
+class ConfigError(AgentGymError, ValueError):
+    """A constructor argument, option or config value is invalid."""
+
+
+class TaskNotFoundError(AgentGymError, KeyError):
+    """A task id, split or difficulty does not exist in the task set."""
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class EnvNotFoundError(AgentGymError, KeyError):
+    """An environment id is not registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class StateError(AgentGymError, ValueError):
+    """A snapshot does not belong to this environment or is malformed."""
+
+
+class ResetNeeded(AgentGymError, RuntimeError):
+    """``step`` was called before ``reset`` or after the episode ended."""
+
+
+class SchemaError(AgentGymError, ValueError):
+    """A tool's JSON schema uses a form the validator does not support."""
+
+
+class TransientToolError(AgentGymError, RuntimeError):
+    """A tool backend failed in a way that a retry may fix (browser hiccup, busy sandbox).
+
+    Tool handlers raise it; the env retries the call up to its retry budget and then
+    ends the episode with ``Outcome.ENV_ERROR`` (never a policy failure).
+    """
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """Return the candidate most similar to ``name``, or None if nothing is close."""
+    pool = list(candidates)
+    matches = difflib.get_close_matches(name, pool, n=1, cutoff=0.5)
+    if matches:
+        return matches[0]
+    lowered = {c.lower(): c for c in pool}
+    return lowered.get(name.lower())
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """A ' Did you mean X?' suffix for an error message, or '' if nothing is close."""
+    match = closest(name, candidates)
+    return f" Did you mean {match!r}?" if match else ""

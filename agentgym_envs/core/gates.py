@@ -1,0 +1,69 @@
+"""Safety gates: checks that run before a tool call's side effect.
+
+A gate either blocks the call (nothing changes, the agent sees why) or stops the
+episode with ``Outcome.SAFETY_STOP`` and the reward config's ``hard_fail`` return.
+A finite penalty is not enough for hard constraints: a policy could learn "violate,
+then succeed" if success pays more than the penalty costs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.tools import ToolCall
+
+
+class GateMode(StrEnum):
+    """What a gate does when it fires."""
+
+    BLOCK = "block"
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class GateVerdict:
+    """A fired gate: which one, what it did, and why."""
+
+    gate: str
+    mode: GateMode
+    reason: str
+
+
+class SafetyGate(ABC):
+    """Base class of safety gates.
+
+    Subclasses set ``name`` and ``description`` and implement :meth:`violation`.
+
+    Args:
+        mode: block the call or stop the episode (the subclass's default if None).
+    """
+
+    name: str = ""
+    description: str = ""
+    default_mode: GateMode = GateMode.STOP
+
+    def __init__(self, mode: GateMode | str | None = None) -> None:
+        try:
+            self.mode = GateMode(mode) if mode is not None else self.default_mode
+        except ValueError:
+            raise ConfigError(
+                f"gate {self.name!r}: mode must be 'block' or 'stop', got {mode!r}"
+            ) from None
+
+    @abstractmethod
+    def violation(self, env: Any, call: ToolCall) -> str | None:
+        """Return why ``call`` must not run in ``env``'s current state, or None if it may."""
+
+    def check(self, env: Any, call: ToolCall) -> GateVerdict | None:
+        """Run the gate; a verdict if it fires."""
+        reason = self.violation(env, call)
+        if reason is None:
+            return None
+        return GateVerdict(gate=self.name, mode=self.mode, reason=reason)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(mode={self.mode.value!r})"

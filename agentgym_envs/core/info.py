@@ -1,0 +1,134 @@
+"""The typed outcome and the ``info`` dictionary every env returns.
+
+``Outcome`` and ``ToolStatus`` are ``StrEnum``s: they compare equal to their string
+values, so ``info`` stays JSON-serialisable while code can use the enum members.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, TypedDict
+
+
+class Outcome(StrEnum):
+    """How an episode stands after a step.
+
+    ``ENV_ERROR`` means the environment broke (a crashed browser or sandbox, a tool
+    backend down) after its retry budget. Such episodes are invalid for training and
+    are never scored as a policy failure.
+    """
+
+    CONTINUE = "continue"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    TIMEOUT = "timeout"
+    SAFETY_STOP = "safety_stop"
+    ENV_ERROR = "env_error"
+
+    @property
+    def terminal(self) -> bool:
+        """True for every outcome except ``CONTINUE``."""
+        return self is not Outcome.CONTINUE
+
+
+class ToolStatus(StrEnum):
+    """What happened to one parsed tool call."""
+
+    OK = "ok"
+    ERROR = "error"  # the call ran and reported a failure (e.g. no such item)
+    BLOCKED = "blocked"  # a safety gate refused it; nothing changed
+    STOPPED = "stopped"  # a safety gate refused it and ended the episode
+    SKIPPED = "skipped"  # not run because an earlier call in the same action ended the episode
+    ENV_ERROR = "env_error"  # the backend failed after its retries
+
+
+class ErrorCode(StrEnum):
+    """Codes of policy-side errors (``info["error"]["code"]``) shared by every env.
+
+    Families add their own codes (``no_such_bid``, ``timeout`` ...) as plain strings.
+    """
+
+    PARSE_ERROR = "parse_error"
+    UNKNOWN_TOOL = "unknown_tool"
+    BAD_ARGUMENTS = "bad_arguments"
+    BLOCKED = "blocked"
+    TOO_MANY_CALLS = "too_many_calls"
+    INVALID_ACTION = "invalid_action"
+
+
+class ErrorInfo(TypedDict):
+    code: str
+    message: str
+
+
+class ToolCallInfo(TypedDict):
+    name: str
+    arguments: dict[str, Any]
+    call_id: str
+    status: ToolStatus
+    latency_ms: float
+
+
+class SafetyInfo(TypedDict):
+    gate: str
+    action: str
+    verdict: str  # "blocked" or "stopped"
+    reason: str
+
+
+class CostInfo(TypedDict):
+    tool_calls: int
+    per_tool: dict[str, float]
+    total: float
+    errors: int
+    env_time_ms: float
+    chars_in: int
+    chars_out: int
+    tokens_in: int
+    tokens_out: int
+
+
+class VersionsInfo(TypedDict):
+    env: str
+    tools: str
+    reward: str
+    verifier: str
+    task_set: str
+
+
+class SeedsInfo(TypedDict):
+    env: int
+    task: int | None
+    verifier: int | None
+
+
+class TaskInfo(TypedDict):
+    id: str
+    split: str
+    difficulty: str
+    instruction: str
+
+
+class StepInfo(TypedDict, total=False):
+    """The ``info`` dictionary. Every key is present on every step; ``system`` only at reset.
+
+    Envs may add family-specific keys (``env_error`` when the outcome is ``ENV_ERROR``).
+    """
+
+    outcome: Outcome
+    system: str
+    tools: list[dict[str, Any]]
+    tool_calls: list[ToolCallInfo]
+    error: ErrorInfo | None
+    milestones: list[str]
+    new_milestones: list[str]
+    reward_components: dict[str, float]
+    cost: CostInfo
+    safety: SafetyInfo | None
+    versions: VersionsInfo
+    seeds: SeedsInfo
+    task: TaskInfo
+    episode_valid: bool
+    step: int
+    state_visits: int
+    env_error: ErrorInfo

@@ -1,0 +1,269 @@
+"""Tasks as data: the task record, task-set files under ``tasks/`` and their loading.
+
+A task set is a JSONL file: a header line, then one task per line. Each task carries
+its id, split, difficulty, instruction, generation seed, an initial-state recipe
+(``spec``, family-defined), the oracle's validated solution and a step budget. Its
+version (``info["versions"]["task_set"]``) is the hash of the file's bytes, so a changed
+task set can never pass for the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError, TaskNotFoundError, did_you_mean
+
+SPLITS = ("train", "test", "ood")
+"""train: in-distribution; test: held-out seeds; ood: unseen compositions or perturbations."""
+
+DIFFICULTIES = ("easy", "medium", "hard")
+FORMAT = "agentgym-tasks/1"
+DEFAULT_COUNTS = {"train": 200, "test": 50, "ood": 50}
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task.
+
+    Attributes:
+        id: unique within the task set, e.g. ``sokoban-medium-test-0007``.
+        split: ``train``, ``test`` or ``ood``.
+        difficulty: a curriculum level (``easy``, ``medium``, ``hard``).
+        instruction: what the agent is asked to do.
+        seed: the generator seed that produced the task.
+        spec: the initial-state recipe, family-defined plain data.
+        solution: the oracle's action texts, validated to succeed.
+        max_steps: the step budget of an episode.
+    """
+
+    id: str
+    split: str
+    difficulty: str
+    instruction: str
+    seed: int
+    spec: Mapping[str, Any]
+    solution: tuple[str, ...]
+    max_steps: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "split": self.split, "difficulty": self.difficulty,
+            "instruction": self.instruction, "seed": self.seed, "spec": self.spec,
+            "solution": list(self.solution), "max_steps": self.max_steps,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Task:
+        return cls(
+            id=data["id"], split=data["split"], difficulty=data["difficulty"],
+            instruction=data["instruction"], seed=int(data["seed"]), spec=data["spec"],
+            solution=tuple(data["solution"]), max_steps=int(data["max_steps"]),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """The tasks of one env, indexed by id and by (split, difficulty)."""
+
+    name: str
+    version: str
+    header: Mapping[str, Any]
+    tasks: tuple[Task, ...]
+    _by_id: dict[str, Task] = field(init=False, repr=False)
+    _pools: dict[tuple[str, str | None], tuple[Task, ...]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        by_id = {t.id: t for t in self.tasks}
+        if len(by_id) != len(self.tasks):
+            raise ConfigError(f"task set {self.name!r} has duplicate task ids; rebuild it")
+        object.__setattr__(self, "_by_id", by_id)
+        object.__setattr__(self, "_pools", {})
+
+    @classmethod
+    def from_tasks(cls, name: str, tasks: Iterable[Task]) -> TaskSet:
+        """A task set from task objects (its version hashes their content)."""
+        items = tuple(tasks)
+        if not items:
+            raise ConfigError(f"{name}: tasks must not be empty")
+        blob = json.dumps([t.to_json() for t in items], sort_keys=True).encode()
+        version = hashlib.sha256(blob).hexdigest()[:12]
+        return cls(name=name, version=version, header={"format": FORMAT, "env": name}, tasks=items)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(s for s in SPLITS if any(t.split == s for t in self.tasks))
+
+    @property
+    def difficulties(self) -> tuple[str, ...]:
+        seen = dict.fromkeys(t.difficulty for t in self.tasks)
+        return tuple(d for d in DIFFICULTIES if d in seen) + tuple(
+            d for d in seen if d not in DIFFICULTIES
+        )
+
+    def get(self, task_id: str) -> Task:
+        """The task with this id.
+
+        Raises:
+            TaskNotFoundError: with the closest id as a suggestion.
+        """
+        task = self._by_id.get(task_id)
+        if task is None:
+            raise TaskNotFoundError(
+                f"no task {task_id!r} in task set {self.name!r}.{did_you_mean(task_id, self._by_id)}"
+                f" Ids look like {self.tasks[0].id!r}; `agentgym list` shows the counts."
+            )
+        return task
+
+    def pool(self, split: str, difficulty: str | None = None) -> tuple[Task, ...]:
+        """Tasks of a split, optionally of one difficulty, in file order.
+
+        Raises:
+            TaskNotFoundError: the split or difficulty does not exist.
+        """
+        key = (split, difficulty)
+        found = self._pools.get(key)
+        if found is not None:
+            return found
+        if split not in SPLITS:
+            raise TaskNotFoundError(
+                f"unknown split {split!r}; use one of {SPLITS}.{did_you_mean(split, SPLITS)}"
+            )
+        if difficulty is not None and difficulty not in self.difficulties:
+            raise TaskNotFoundError(
+                f"unknown difficulty {difficulty!r} for {self.name}; use one of "
+                f"{self.difficulties}.{did_you_mean(difficulty, self.difficulties)}"
+            )
+        found = tuple(
+            t for t in self.tasks
+            if t.split == split and (difficulty is None or t.difficulty == difficulty)
+        )  # fmt: skip
+        if not found:
+            raise TaskNotFoundError(f"task set {self.name!r} has no {split}/{difficulty} tasks")
+        self._pools[key] = found
+        return found
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Task counts by split, then difficulty."""
+        out: dict[str, dict[str, int]] = {}
+        for t in self.tasks:
+            out.setdefault(t.split, {}).setdefault(t.difficulty, 0)
+            out[t.split][t.difficulty] += 1
+        return out
+
+
+def tasks_root() -> Path:
+    """Where task files live: inside the installed package, or ``tasks/`` in a checkout."""
+    packaged = Path(str(resources.files("agentgym_envs"))) / "_data" / "tasks"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "tasks"
+    if checkout.is_dir():
+        return checkout
+    raise ConfigError(
+        f"no task files found at {packaged} or {checkout}; reinstall agentgym-envs "
+        "(pip install agentgym-envs) or run from a source checkout"
+    )
+
+
+@cache
+def load_task_set(relative_path: str) -> TaskSet:
+    """Load (once per process) the task set at ``tasks/<relative_path>``."""
+    path = tasks_root() / relative_path
+    if not path.is_file():
+        raise ConfigError(
+            f"task file {path} is missing; build it with `agentgym tasks build` "
+            "or reinstall the package"
+        )
+    raw = path.read_bytes()
+    lines = raw.decode().splitlines()
+    header = json.loads(lines[0])
+    if header.get("format") != FORMAT:
+        raise ConfigError(f"{path}: expected format {FORMAT!r}, got {header.get('format')!r}")
+    tasks = tuple(Task.from_json(json.loads(line)) for line in lines[1:] if line.strip())
+    version = hashlib.sha256(raw).hexdigest()[:12]
+    return TaskSet(name=str(header["env"]), version=version, header=header, tasks=tasks)
+
+
+def write_task_set(path: Path, env_name: str, header: Mapping[str, Any], tasks: Iterable[Task]) -> int:
+    """Write a task-set file; returns the number of tasks written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [json.dumps({"format": FORMAT, "env": env_name, **header}, sort_keys=True)]
+    rows.extend(json.dumps(t.to_json(), sort_keys=True, separators=(",", ":")) for t in tasks)
+    path.write_text("\n".join(rows) + "\n")
+    return len(rows) - 1
+
+
+SPLIT_SEED_BASE = {"train": 0, "test": 1_000_000, "ood": 2_000_000}
+
+
+def task_seed(split: str, difficulty_index: int, index: int) -> int:
+    """The generation seed of the ``index``-th task of a split and difficulty.
+
+    Seed ranges of splits are disjoint, so test tasks are held out from train by seed.
+    """
+    return SPLIT_SEED_BASE[split] + difficulty_index * 100_000 + index
+
+
+def generate_tasks(
+    generate: Callable[[int, str, str], Task | None],
+    counts: Mapping[str, int],
+    difficulties: Sequence[str] = DIFFICULTIES,
+    *,
+    key: Callable[[Task], Any],
+    max_tries: int = 50,
+) -> list[Task]:
+    """Generate a task set with ``counts[split]`` unique tasks per split and difficulty.
+
+    ``generate(seed, difficulty, split)`` returns a validated task or None (rejected).
+    Tasks whose ``key`` (their initial state) repeats one already generated, in any
+    split, are skipped, so no test task is a copy of a train task.
+    """
+    seen: set[Any] = set()
+    out: list[Task] = []
+    for split in SPLITS:
+        for d_index, difficulty in enumerate(difficulties):
+            made, index, misses = 0, 0, 0
+            while made < counts[split]:
+                task = generate(task_seed(split, d_index, index), difficulty, split)
+                index += 1
+                if task is None or key(task) in seen:
+                    misses += 1
+                    if misses > max_tries * max(1, counts[split]):
+                        raise ConfigError(
+                            f"could not generate {counts[split]} unique {split}/{difficulty} "
+                            f"tasks (made {made}); widen the generator's parameters"
+                        )
+                    continue
+                seen.add(key(task))
+                out.append(task)
+                made += 1
+    return out
+
+
+
+def build_task_set(env_cls: Any, counts: Mapping[str, int] | None = None) -> list[Task]:
+    """Generate and validate the task set of an env class.
+
+    ``env_cls`` provides ``generate_task(seed, difficulty, split)``,
+    ``validate_task(task)`` and ``task_key(task)`` (see ``AgentEnv``). A generated task
+    is kept only if it validates: its stored oracle solution succeeds, doing nothing
+    fails and its initial state is not already solved.
+    """
+
+    def generate(seed: int, difficulty: str, split: str) -> Task | None:
+        task: Task | None = env_cls.generate_task(seed, difficulty, split)
+        if task is None:
+            return None
+        problem = env_cls.validate_task(task)
+        if problem is not None:
+            raise ConfigError(f"generated task {task.id} is invalid: {problem}")
+        return task
+
+    return generate_tasks(generate, counts or DEFAULT_COUNTS, key=env_cls.task_key)
