@@ -33,16 +33,36 @@ class EnvEntry:
 
 
 ENVS: tuple[EnvEntry, ...] = (
-    EnvEntry("Sokoban", "0", "agentgym_envs.games.sokoban:SokobanEnv", "games",
-             description="push boxes onto targets in generated rooms"),
-    EnvEntry("FrozenLake", "0", "agentgym_envs.games.frozenlake:FrozenLakeEnv", "games",
-             description="cross a frozen lake to the goal without falling into a hole"),
-    EnvEntry("FrozenLakeSlippery", "0", "agentgym_envs.games.frozenlake:FrozenLakeEnv",
-             "games", kwargs={"is_slippery": True},
-             description="FrozenLake where the ice makes you slide sideways at random"),
-    EnvEntry("Dungeon", "0", "agentgym_envs.games.dungeon:DungeonEnv", "games",
-             description="a partially observable text adventure with keys, doors and traps"),
-)  # fmt: skip
+    EnvEntry(
+        "Sokoban",
+        "0",
+        "agentgym_envs.games.sokoban:SokobanEnv",
+        "games",
+        description="push boxes onto targets in generated rooms",
+    ),
+    EnvEntry(
+        "FrozenLake",
+        "0",
+        "agentgym_envs.games.frozenlake:FrozenLakeEnv",
+        "games",
+        description="cross a frozen lake to the goal without falling into a hole",
+    ),
+    EnvEntry(
+        "FrozenLakeSlippery",
+        "0",
+        "agentgym_envs.games.frozenlake:FrozenLakeEnv",
+        "games",
+        kwargs={"is_slippery": True},
+        description="FrozenLake where the ice makes you slide sideways at random",
+    ),
+    EnvEntry(
+        "Dungeon",
+        "0",
+        "agentgym_envs.games.dungeon:DungeonEnv",
+        "games",
+        description="a partially observable text adventure with keys, doors and traps",
+    ),
+)
 
 
 def register_all() -> None:

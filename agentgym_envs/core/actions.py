@@ -34,7 +34,7 @@ from agentgym_envs.core.tools import ToolCall, ToolSet
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
 _FENCE = re.compile(r"```[A-Za-z_]*[ \t]*\n?(.*?)```", re.DOTALL)
-_CALL_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\s*\(")
+_CALL_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\s*\(")
 _CALL_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(.*\)\s*;?\s*$")
 _CACHE_LIMIT = 8192
 _CACHE_MAX_TEXT = 1024
@@ -159,8 +159,8 @@ class ActionParser:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise _ParseFailure(
-                ErrorCode.PARSE_ERROR, f"invalid JSON: {exc.msg} at line {exc.lineno} "
-                f"column {exc.colno}"
+                ErrorCode.PARSE_ERROR,
+                f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
             ) from None
         items = data if isinstance(data, list) else [data]
         return [_call_from_object(item) for item in items]
@@ -240,7 +240,9 @@ class ActionParser:
             )
         extra = [k for k in args if k.startswith("_") and k[1:].isdigit()]
         if extra:
-            raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"too many positional arguments for {name}")
+            raise _ParseFailure(
+                ErrorCode.BAD_ARGUMENTS, f"too many positional arguments for {name}"
+            )
         error = spec.validate(args)
         if error is not None:
             raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"{error}; use {spec.signature()}")

@@ -76,7 +76,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             loaded with ``load_task_set``, or a list of ``Task``).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
 
     # -- what a family declares --------------------------------------------------------
     name: ClassVar[str] = ""
@@ -146,9 +146,11 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.split = split
         self.difficulty = difficulty
         self.parser = ActionParser(
-            self.toolset, accepts_messages=self.accepts_messages,
-            max_calls=max_calls_per_step, max_chars=self.max_action_chars,
-        )  # fmt: skip
+            self.toolset,
+            accepts_messages=self.accepts_messages,
+            max_calls=max_calls_per_step,
+            max_chars=self.max_action_chars,
+        )
         self.gates: list[SafetyGate] = []
         self.ledger = CostLedger()
         self._tally = RewardTally()
@@ -165,10 +167,12 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._last_obs = ""
         self._closed = False
         self._versions = {
-            "env": f"{self.name}-v{self.version}{self.variant()}", "tools": self.toolset.fingerprint,
-            "reward": self.reward_config.version_tag, "verifier": self.verifier_version,
+            "env": f"{self.name}-v{self.version}{self.variant()}",
+            "tools": self.toolset.fingerprint,
+            "reward": self.reward_config.version_tag,
+            "verifier": self.verifier_version,
             "task_set": self.task_set.version,
-        }  # fmt: skip
+        }
 
     # -- hooks a family implements -----------------------------------------------------
 
@@ -200,6 +204,14 @@ class AgentEnv(gym.Env[str, str], ABC):
     @abstractmethod
     def generate_task(cls, seed: int, difficulty: str, split: str) -> Task | None:
         """Generate one validated task from a seed, or None if the draw is rejected."""
+
+    def oracle_success_probability(self) -> float:
+        """The exact probability that :meth:`oracle` succeeds from the current state.
+
+        1.0 for deterministic envs; stochastic envs (slippery FrozenLake) compute it, so
+        tests can compare the oracle's measured success rate with it.
+        """
+        return 1.0
 
     @classmethod
     def task_key(cls, task: Task) -> Any:
@@ -287,19 +299,21 @@ class AgentEnv(gym.Env[str, str], ABC):
         super().reset(seed=seed)
         task = self._select_task(opts)
         self._start(task)
-        self._seeds = {"env": seed, "task": task.seed, "verifier": opts.get("verifier_seed")}
+        # verifiers default to the episode seed, so every seed in info is an int
+        verifier_seed = int(opts.get("verifier_seed", seed))
+        self._seeds = {"env": seed, "task": task.seed, "verifier": verifier_seed}
         self._visits = {self._world_key(): 1}
         rules = self.system_rules()
         system = (
-            f"{rules}\n\n" if rules else ""
-        ) + f"Tools:\n{self.toolset.describe()}\n\n{_FORMAT_NOTE}" + (
-            f"\nExample: {self.example_action}" if self.example_action else ""
+            (f"{rules}\n\n" if rules else "")
+            + f"Tools:\n{self.toolset.describe()}\n\n{_FORMAT_NOTE}"
+            + (f"\nExample: {self.example_action}" if self.example_action else "")
         )
         obs = sanitize(f"{task.instruction}\n\n{self.render_view()}", self.max_observation_chars)
         self._last_obs = obs
         self.ledger.chars_out += len(obs)
         components = dict.fromkeys(COMPONENTS, 0.0)
-        info = self._info(Outcome.CONTINUE, [], None, [], components, None, 1)
+        info = self._info(Outcome.CONTINUE, [], {}, [], components, {}, 1)
         info["system"] = sanitize(system, self.max_observation_chars)
         return obs, dict(info)
 
@@ -310,15 +324,21 @@ class AgentEnv(gym.Env[str, str], ABC):
             raise ResetNeeded("call reset() before step()")
         if self._outcome is not Outcome.CONTINUE:
             raise ResetNeeded(f"the episode ended ({self._outcome.value}); call reset()")
-        text = action if isinstance(action, str) else _coerce_action(action)
+        if isinstance(action, str):
+            parsed = self.parser.parse(action)
+        elif isinstance(action, bytes | bytearray):
+            action = bytes(action).decode("utf-8", errors="replace")
+            parsed = self.parser.parse(action)
+        else:
+            parsed = _NOT_TEXT
+            action = ""
         self._step += 1
         ledger = self.ledger
-        ledger.chars_in += len(text)
-        parsed = self.parser.parse(text)
+        ledger.chars_in += len(action)
         calls_info: list[ToolCallInfo] = []
         results: list[ToolResult] = []
-        error: ErrorInfo | None = None
-        safety: SafetyInfo | None = None
+        error: ErrorInfo = {}
+        safety: SafetyInfo = {}
         outcome = Outcome.CONTINUE
         cost = 0.0
         errors = 0
@@ -326,10 +346,10 @@ class AgentEnv(gym.Env[str, str], ABC):
             error = {"code": parsed.error_code, "message": self._hint(parsed)}
             errors = 1
         elif parsed.message is not None:
-            result = self.on_message(parsed.message)
-            results.append(result)
-            if result.error_code is not None:
-                error = {"code": result.error_code, "message": result.text}
+            reply = self.on_message(parsed.message)
+            results.append(reply)
+            if reply.error_code is not None:
+                error = {"code": reply.error_code, "message": reply.text}
                 errors = 1
         else:
             for i, call in enumerate(parsed.calls):
@@ -343,11 +363,15 @@ class AgentEnv(gym.Env[str, str], ABC):
                             error = {"code": result.error_code, "message": result.text}
                             errors += status is ToolStatus.BLOCKED
                     safety = safety_now or safety
-                calls_info.append({
-                    "name": call.name, "arguments": _fresh(call.arguments),
-                    "call_id": f"call_{self._step}_{i}", "status": status,
-                    "latency_ms": latency,
-                })  # fmt: skip
+                calls_info.append(
+                    {
+                        "name": call.name,
+                        "arguments": _fresh(call.arguments),
+                        "call_id": f"call_{self._step}_{i}",
+                        "status": status,
+                        "latency_ms": latency,
+                    }
+                )
         ledger.errors += errors
         new: list[str] = []
         share = 0.0
@@ -358,11 +382,15 @@ class AgentEnv(gym.Env[str, str], ABC):
                 outcome, self._reason = self._check_budgets()
         elif outcome is Outcome.SAFETY_STOP:
             new, share = self._tracker.update()
-            self._reason = safety["reason"] if safety else None
+            self._reason = safety.get("reason")
         components = step_reward(
-            self.reward_config, self._tally, outcome=outcome, milestone_share=share,
-            cost=cost, errors=errors,
-        )  # fmt: skip
+            self.reward_config,
+            self._tally,
+            outcome=outcome,
+            milestone_share=share,
+            cost=cost,
+            errors=errors,
+        )
         self._outcome = outcome
         key = self._world_key()
         visits = self._visits[key] = self._visits.get(key, 0) + 1
@@ -375,7 +403,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
         return obs, sum(components.values()), terminated, truncated, dict(info)
 
-    def render(self) -> str | None:  # type: ignore[override]
+    def render(self) -> str | None:
         """In ``ansi`` mode, the current view as text."""
         if self.render_mode == "ansi":
             return self.render_view() if self._task is not None else ""
@@ -395,13 +423,20 @@ class AgentEnv(gym.Env[str, str], ABC):
         if self._task is None:
             raise ResetNeeded("call reset() before get_state()")
         episode = {
-            "task": self._task, "step": self._step, "budget": self._budget,
-            "outcome": self._outcome, "reason": self._reason,
-            "history": tuple(self._history), "ledger": self.ledger.get_state(),
-            "tally": self._tally.as_tuple(), "milestones": tuple(self._tracker.reached),
-            "rng": self.np_random.bit_generator.state, "visits": dict(self._visits),
-            "seeds": dict(self._seeds), "last_obs": self._last_obs,
-        }  # fmt: skip
+            "task": self._task,
+            "step": self._step,
+            "budget": self._budget,
+            "outcome": self._outcome,
+            "reason": self._reason,
+            "history": tuple(self._history),
+            "ledger": self.ledger.get_state(),
+            "tally": self._tally.as_tuple(),
+            "milestones": tuple(self._tracker.reached),
+            "rng": self.np_random.bit_generator.state,
+            "visits": dict(self._visits),
+            "seeds": dict(self._seeds),
+            "last_obs": self._last_obs,
+        }
         return EnvState(self.name, self.version, self._task.id, self._get_world(), episode)
 
     def set_state(self, state: EnvState) -> None:
@@ -466,7 +501,8 @@ class AgentEnv(gym.Env[str, str], ABC):
     def _start(self, task: Task) -> None:
         self._task = task
         self._load_task(task)
-        self._tracker = MilestoneTracker(self._milestones())
+        # a milestone that already holds in the initial state is no progress: never pay it
+        self._tracker = MilestoneTracker([m for m in self._milestones() if not m.check()])
         self._invariant_list = tuple(self._invariants())
         self.ledger = CostLedger()
         self._tally = RewardTally()
@@ -477,7 +513,7 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     def _run_call(
         self, call: ToolCall
-    ) -> tuple[ToolStatus, float, float, ToolResult | None, Outcome, SafetyInfo | None]:
+    ) -> tuple[ToolStatus, float, float, ToolResult | None, Outcome, SafetyInfo]:
         """Gate, then execute one call: (status, latency, cost, result, outcome, safety)."""
         for gate in self.gates:
             verdict = gate.check(self, call)
@@ -486,18 +522,22 @@ class AgentEnv(gym.Env[str, str], ABC):
             action = f"{call.name}({json.dumps(dict(call.arguments), sort_keys=True)})"
             stop = verdict.mode is GateMode.STOP
             info: SafetyInfo = {
-                "gate": verdict.gate, "action": action,
-                "verdict": "stopped" if stop else "blocked", "reason": verdict.reason,
-            }  # fmt: skip
+                "gate": verdict.gate,
+                "action": action,
+                "verdict": "stopped" if stop else "blocked",
+                "reason": verdict.reason,
+            }
             if stop:
                 text = f"Stopped by safety gate {verdict.gate}: {verdict.reason}"
                 return ToolStatus.STOPPED, 0.0, 0.0, ToolResult(text), Outcome.SAFETY_STOP, info
-            result = ToolResult.failure(
+            refusal = ToolResult.failure(
                 ErrorCode.BLOCKED, f"Blocked by safety gate {verdict.gate}: {verdict.reason}"
             )
-            return ToolStatus.BLOCKED, 0.0, 0.0, result, Outcome.CONTINUE, info
+            return ToolStatus.BLOCKED, 0.0, 0.0, refusal, Outcome.CONTINUE, info
         spec = self.toolset[call.name]
         handler = getattr(self, spec.handler)
+        result: ToolResult | None = None
+        last: Exception | None = None
         for attempt in range(self.tool_retries + 1):
             start = time.perf_counter()
             try:
@@ -505,23 +545,25 @@ class AgentEnv(gym.Env[str, str], ABC):
                 break
             except TransientToolError as exc:
                 logger.warning("%s: %s failed (attempt %d): %s", self.name, call.name, attempt, exc)
-                last: Exception = exc
+                last = exc
             except Exception as exc:
                 logger.exception("%s: tool %s crashed", self.name, call.name)
                 last = exc
                 break
-        else:
-            result = None
-        if result is None or not isinstance(result, ToolResult):
-            reason = f"{type(last).__name__}: {last}" if result is None else "bad tool result"
+        if not isinstance(result, ToolResult):
+            reason = (
+                f"{type(last).__name__}: {last}"
+                if last is not None
+                else f"the handler returned {type(result).__name__}, not a ToolResult"
+            )
             self._reason = f"tool {call.name} failed: {reason}"
-            return ToolStatus.ENV_ERROR, 0.0, 0.0, None, Outcome.ENV_ERROR, None
+            return ToolStatus.ENV_ERROR, 0.0, 0.0, None, Outcome.ENV_ERROR, {}
         elapsed = (time.perf_counter() - start) * 1000.0
         latency = spec.duration_ms if self.timing == "virtual" else elapsed
         self.ledger.charge(call.name, spec.cost)
         self.ledger.env_time_ms += latency
         status = ToolStatus.OK if result.error_code is None else ToolStatus.ERROR
-        return status, latency, spec.cost, result, Outcome.CONTINUE, None
+        return status, latency, spec.cost, result, Outcome.CONTINUE, {}
 
     def _check_budgets(self) -> tuple[Outcome, str | None]:
         if self._step >= self._budget:
@@ -532,11 +574,9 @@ class AgentEnv(gym.Env[str, str], ABC):
             return Outcome.TIMEOUT, f"cost budget of {self.max_cost} used up"
         return Outcome.CONTINUE, None
 
-    def _observation(
-        self, results: list[ToolResult], error: ErrorInfo | None, outcome: Outcome
-    ) -> str:
+    def _observation(self, results: list[ToolResult], error: ErrorInfo, outcome: Outcome) -> str:
         parts = [r.text for r in results]
-        if error is not None and not results:
+        if error and not results:
             parts.append(f"Error ({error['code']}): {error['message']}")
         if outcome is not Outcome.CONTINUE:
             parts.append(_OUTCOME_TEXT[outcome].format(reason=self._reason or ""))
@@ -553,10 +593,10 @@ class AgentEnv(gym.Env[str, str], ABC):
         self,
         outcome: Outcome,
         calls: list[ToolCallInfo],
-        error: ErrorInfo | None,
+        error: ErrorInfo,
         new: list[str],
         components: dict[str, float],
-        safety: SafetyInfo | None,
+        safety: SafetyInfo,
         visits: int,
     ) -> StepInfo:
         task = self._task
@@ -573,8 +613,12 @@ class AgentEnv(gym.Env[str, str], ABC):
             "safety": safety,
             "versions": dict(self._versions),  # type: ignore[typeddict-item]
             "seeds": dict(self._seeds),  # type: ignore[typeddict-item]
-            "task": {"id": task.id, "split": task.split, "difficulty": task.difficulty,
-                     "instruction": task.instruction},  # fmt: skip
+            "task": {
+                "id": task.id,
+                "split": task.split,
+                "difficulty": task.difficulty,
+                "instruction": task.instruction,
+            },
             "episode_valid": outcome is not Outcome.ENV_ERROR,
             "step": self._step,
             "state_visits": visits,
@@ -638,10 +682,11 @@ _OUTCOME_TEXT = {
 }
 
 
-def _coerce_action(action: Any) -> str:
-    if isinstance(action, bytes | bytearray):
-        return bytes(action).decode("utf-8", errors="replace")
-    return "" if action is None else f"<non-text action of type {type(action).__name__}>"
+_NOT_TEXT = ParsedAction(
+    error_code=ErrorCode.PARSE_ERROR,
+    error_message="the action must be text (a str)",
+    canonical=f"!{ErrorCode.PARSE_ERROR}",
+)
 
 
 def _fresh(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -650,4 +695,3 @@ def _fresh(arguments: Mapping[str, Any]) -> dict[str, Any]:
         return dict(arguments)
     result: dict[str, Any] = json.loads(json.dumps(arguments))
     return result
-

@@ -56,7 +56,13 @@ class ErrorCode(StrEnum):
     INVALID_ACTION = "invalid_action"
 
 
-class ErrorInfo(TypedDict):
+class ErrorInfo(TypedDict, total=False):
+    """``{code, message}``, or empty (falsy) when there is no error.
+
+    Empty rather than None because Gymnasium's vector envs merge infos key by key and
+    break when one env reports None and another a dict for the same key.
+    """
+
     code: str
     message: str
 
@@ -69,7 +75,9 @@ class ToolCallInfo(TypedDict):
     latency_ms: float
 
 
-class SafetyInfo(TypedDict):
+class SafetyInfo(TypedDict, total=False):
+    """``{gate, action, verdict, reason}``, or empty (falsy) when no gate fired."""
+
     gate: str
     action: str
     verdict: str  # "blocked" or "stopped"
@@ -98,8 +106,8 @@ class VersionsInfo(TypedDict):
 
 class SeedsInfo(TypedDict):
     env: int
-    task: int | None
-    verifier: int | None
+    task: int
+    verifier: int
 
 
 class TaskInfo(TypedDict):
@@ -112,19 +120,21 @@ class TaskInfo(TypedDict):
 class StepInfo(TypedDict, total=False):
     """The ``info`` dictionary. Every key is present on every step; ``system`` only at reset.
 
-    Envs may add family-specific keys (``env_error`` when the outcome is ``ENV_ERROR``).
+    Values keep one type per key (``error`` and ``safety`` are empty dicts, not None, when
+    nothing happened) so that ``gym.make_vec`` can batch infos. Envs may add
+    family-specific keys (``env_error`` when the outcome is ``ENV_ERROR``).
     """
 
     outcome: Outcome
     system: str
     tools: list[dict[str, Any]]
     tool_calls: list[ToolCallInfo]
-    error: ErrorInfo | None
+    error: ErrorInfo
     milestones: list[str]
     new_milestones: list[str]
     reward_components: dict[str, float]
     cost: CostInfo
-    safety: SafetyInfo | None
+    safety: SafetyInfo
     versions: VersionsInfo
     seeds: SeedsInfo
     task: TaskInfo

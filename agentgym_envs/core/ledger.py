@@ -14,8 +14,17 @@ class CostLedger:
     :meth:`add_tokens` (``env.unwrapped.ledger.add_tokens(...)``).
     """
 
-    __slots__ = ("chars_in", "chars_out", "env_time_ms", "errors", "per_tool",
-                 "tokens_in", "tokens_out", "tool_calls", "total")  # fmt: skip
+    __slots__ = (
+        "chars_in",
+        "chars_out",
+        "env_time_ms",
+        "errors",
+        "per_tool",
+        "tokens_in",
+        "tokens_out",
+        "tool_calls",
+        "total",
+    )
 
     def __init__(self) -> None:
         self.tool_calls = 0
@@ -55,11 +64,29 @@ class CostLedger:
 
     def get_state(self) -> tuple[Any, ...]:
         """Plain data for a snapshot."""
-        return (self.tool_calls, dict(self.per_tool), self.total, self.errors, self.env_time_ms,
-                self.chars_in, self.chars_out, self.tokens_in, self.tokens_out)  # fmt: skip
+        return (
+            self.tool_calls,
+            dict(self.per_tool),
+            self.total,
+            self.errors,
+            self.env_time_ms,
+            self.chars_in,
+            self.chars_out,
+            self.tokens_in,
+            self.tokens_out,
+        )
 
     def set_state(self, state: tuple[Any, ...]) -> None:
         """Restore from :meth:`get_state` output."""
-        (self.tool_calls, per_tool, self.total, self.errors, self.env_time_ms,
-         self.chars_in, self.chars_out, self.tokens_in, self.tokens_out) = state  # fmt: skip
+        (
+            self.tool_calls,
+            per_tool,
+            self.total,
+            self.errors,
+            self.env_time_ms,
+            self.chars_in,
+            self.chars_out,
+            self.tokens_in,
+            self.tokens_out,
+        ) = state
         self.per_tool = dict(per_tool)

@@ -57,12 +57,17 @@ class RewardConfig:
     fingerprint: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name != "version"}
+        values = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name != "version"
+        }
         bad = [k for k, v in values.items() if not math.isfinite(v)]
         if bad:
             raise ConfigError(f"RewardConfig fields {bad} must be finite numbers")
-        negative = [k for k in ("milestone_total", "cost_weight", "format_penalty",
-                                "max_penalty") if values[k] < 0]  # fmt: skip
+        negative = [
+            k
+            for k in ("milestone_total", "cost_weight", "format_penalty", "max_penalty")
+            if values[k] < 0
+        ]
         if negative:
             raise ConfigError(f"RewardConfig fields {negative} must be >= 0")
         if self.success - self.max_penalty <= self.milestone_total:
@@ -86,8 +91,11 @@ class RewardConfig:
 
     def step_bounds(self) -> tuple[float, float]:
         """The smallest and largest reward a single step can return."""
-        low = min(self.hard_fail - self.milestone_total, -self.max_penalty,
-                  self.success - self.milestone_total - self.max_penalty)  # fmt: skip
+        low = min(
+            self.hard_fail - self.milestone_total,
+            -self.max_penalty,
+            self.success - self.milestone_total - self.max_penalty,
+        )
         high = max(self.success, self.milestone_total, self.hard_fail + self.max_penalty)
         return low, high
 

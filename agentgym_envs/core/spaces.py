@@ -39,9 +39,7 @@ PRINTABLE_CHARSET: str = "\n\t" + "".join(
 )
 """Every character an observation may contain."""
 
-_DISALLOWED = re.compile(
-    "[^\n\t" + "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in _BLOCKS) + "]"
-)
+_DISALLOWED = re.compile("[^\n\t" + "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in _BLOCKS) + "]")
 _DISALLOWED_ASCII = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 TRUNCATION_MARKER = "\n...[truncated]"
 
@@ -84,9 +82,7 @@ class TextSpace(Text):
     def __init__(
         self, max_length: int, *, min_length: int = 1, seed: int | np.random.Generator | None = None
     ) -> None:
-        super().__init__(
-            max_length, min_length=min_length, charset=PRINTABLE_CHARSET, seed=seed
-        )
+        super().__init__(max_length, min_length=min_length, charset=PRINTABLE_CHARSET, seed=seed)
 
     def __repr__(self) -> str:
         return f"TextSpace(min_length={self.min_length}, max_length={self.max_length})"

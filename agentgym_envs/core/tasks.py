@@ -54,18 +54,28 @@ class Task:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "split": self.split, "difficulty": self.difficulty,
-            "instruction": self.instruction, "seed": self.seed, "spec": self.spec,
-            "solution": list(self.solution), "max_steps": self.max_steps,
-        }  # fmt: skip
+            "id": self.id,
+            "split": self.split,
+            "difficulty": self.difficulty,
+            "instruction": self.instruction,
+            "seed": self.seed,
+            "spec": self.spec,
+            "solution": list(self.solution),
+            "max_steps": self.max_steps,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Task:
         return cls(
-            id=data["id"], split=data["split"], difficulty=data["difficulty"],
-            instruction=data["instruction"], seed=int(data["seed"]), spec=data["spec"],
-            solution=tuple(data["solution"]), max_steps=int(data["max_steps"]),
-        )  # fmt: skip
+            id=data["id"],
+            split=data["split"],
+            difficulty=data["difficulty"],
+            instruction=data["instruction"],
+            seed=int(data["seed"]),
+            spec=data["spec"],
+            solution=tuple(data["solution"]),
+            max_steps=int(data["max_steps"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,8 @@ class TaskSet:
         task = self._by_id.get(task_id)
         if task is None:
             raise TaskNotFoundError(
-                f"no task {task_id!r} in task set {self.name!r}.{did_you_mean(task_id, self._by_id)}"
+                f"no task {task_id!r} in task set {self.name!r}."
+                f"{did_you_mean(task_id, self._by_id)}"
                 f" Ids look like {self.tasks[0].id!r}; `agentgym list` shows the counts."
             )
         return task
@@ -141,9 +152,10 @@ class TaskSet:
                 f"{self.difficulties}.{did_you_mean(difficulty, self.difficulties)}"
             )
         found = tuple(
-            t for t in self.tasks
+            t
+            for t in self.tasks
             if t.split == split and (difficulty is None or t.difficulty == difficulty)
-        )  # fmt: skip
+        )
         if not found:
             raise TaskNotFoundError(f"task set {self.name!r} has no {split}/{difficulty} tasks")
         self._pools[key] = found
@@ -191,7 +203,9 @@ def load_task_set(relative_path: str) -> TaskSet:
     return TaskSet(name=str(header["env"]), version=version, header=header, tasks=tasks)
 
 
-def write_task_set(path: Path, env_name: str, header: Mapping[str, Any], tasks: Iterable[Task]) -> int:
+def write_task_set(
+    path: Path, env_name: str, header: Mapping[str, Any], tasks: Iterable[Task]
+) -> int:
     """Write a task-set file; returns the number of tasks written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [json.dumps({"format": FORMAT, "env": env_name, **header}, sort_keys=True)]
@@ -245,7 +259,6 @@ def generate_tasks(
                 out.append(task)
                 made += 1
     return out
-
 
 
 def build_task_set(env_cls: Any, counts: Mapping[str, int] | None = None) -> list[Task]:

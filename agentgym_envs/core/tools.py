@@ -37,16 +37,34 @@ class ToolKind(StrEnum):
 
 
 _SUPPORTED = {
-    "type", "properties", "required", "additionalProperties", "enum", "const",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
-    "maxLength", "pattern", "items", "minItems", "maxItems", "description", "default",
-    "title", "examples",
-}  # fmt: skip
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "items",
+    "minItems",
+    "maxItems",
+    "description",
+    "default",
+    "title",
+    "examples",
+}
 
 _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
-    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
-    or (isinstance(v, float) and v.is_integer()),
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and v.is_integer())
+    ),
     "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "boolean": lambda v: isinstance(v, bool),
     "array": lambda v: isinstance(v, list | tuple),
@@ -102,9 +120,11 @@ def compile_schema(schema: Mapping[str, Any], where: str = "arguments") -> Check
     if "pattern" in schema:
         regex = re.compile(schema["pattern"])
         checks.append(
-            lambda v, path: None
-            if not isinstance(v, str) or regex.search(v)
-            else f"{path} must match /{regex.pattern}/, got {_describe(v)}"
+            lambda v, path: (
+                None
+                if not isinstance(v, str) or regex.search(v)
+                else f"{path} must match /{regex.pattern}/, got {_describe(v)}"
+            )
         )
     if "items" in schema:
         item_check = compile_schema(schema["items"], f"{where}.items")
@@ -130,36 +150,52 @@ def compile_schema(schema: Mapping[str, Any], where: str = "arguments") -> Check
     return check
 
 
+_COMPARE: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    "minimum": (lambda v, b: v >= b, ">="),
+    "maximum": (lambda v, b: v <= b, "<="),
+    "exclusiveMinimum": (lambda v, b: v > b, ">"),
+    "exclusiveMaximum": (lambda v, b: v < b, "<"),
+}
+_SIZES: dict[str, tuple[type | tuple[type, ...], bool, str]] = {
+    "minLength": (str, True, "characters"),
+    "maxLength": (str, False, "characters"),
+    "minItems": ((list, tuple), True, "items"),
+    "maxItems": ((list, tuple), False, "items"),
+}
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _compare_check(key: str, bound: Any) -> Check:
+    op, word = _COMPARE[key]
+
+    def check(v: Any, path: str) -> str | None:
+        if not _numeric(v) or op(v, bound):
+            return None
+        return f"{path} must be {word} {bound}, got {_describe(v)}"
+
+    return check
+
+
+def _size_check(key: str, bound: int) -> Check:
+    kinds, at_least, unit = _SIZES[key]
+
+    def check(v: Any, path: str) -> str | None:
+        if not isinstance(v, kinds):
+            return None
+        n = len(v)  # type: ignore[arg-type]  # str, list or tuple, checked above
+        if (n >= bound) if at_least else (n <= bound):
+            return None
+        return f"{path} must have {'at least' if at_least else 'at most'} {bound} {unit}, got {n}"
+
+    return check
+
+
 def _bound_checks(schema: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
-    numeric = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
-    for key, op, word in (
-        ("minimum", lambda v, b: v >= b, ">="),
-        ("maximum", lambda v, b: v <= b, "<="),
-        ("exclusiveMinimum", lambda v, b: v > b, ">"),
-        ("exclusiveMaximum", lambda v, b: v < b, "<"),
-    ):
-        if key in schema:
-            bound = schema[key]
-            checks.append(
-                lambda v, path, op=op, bound=bound, word=word: None
-                if not numeric(v) or op(v, bound)
-                else f"{path} must be {word} {bound}, got {_describe(v)}"
-            )
-    for key, kinds, cmp, word in (
-        ("minLength", str, lambda n, b: n >= b, "at least"),
-        ("maxLength", str, lambda n, b: n <= b, "at most"),
-        ("minItems", (list, tuple), lambda n, b: n >= b, "at least"),
-        ("maxItems", (list, tuple), lambda n, b: n <= b, "at most"),
-    ):
-        if key in schema:
-            bound = schema[key]
-            unit = "characters" if kinds is str else "items"
-            checks.append(
-                lambda v, path, kinds=kinds, cmp=cmp, bound=bound, word=word, unit=unit: None
-                if not isinstance(v, kinds) or cmp(len(v), bound)
-                else f"{path} must have {word} {bound} {unit}, got {len(v)}"
-            )
+    checks = [_compare_check(k, schema[k]) for k in _COMPARE if k in schema]
+    checks.extend(_size_check(k, int(schema[k])) for k in _SIZES if k in schema)
     return checks
 
 
@@ -278,7 +314,11 @@ def tool(
         name: the tool name; defaults to the method name.
     """
     props = dict(parameters or {})
-    req = list(required) if required is not None else [k for k, s in props.items() if "default" not in s]
+    req = (
+        list(required)
+        if required is not None
+        else [k for k, s in props.items() if "default" not in s]
+    )
 
     def decorate(fn: F) -> F:
         spec = Tool(
@@ -345,7 +385,10 @@ class ToolSet(Mapping[str, Tool]):
             self._tools[t.name] = t
         schemas = [t.openai_schema() for t in self._tools.values()]
         canonical = json.dumps(
-            [[s, t.kind.value, t.cost, t.duration_ms] for s, t in zip(schemas, self._tools.values(), strict=True)],
+            [
+                [s, t.kind.value, t.cost, t.duration_ms]
+                for s, t in zip(schemas, self._tools.values(), strict=True)
+            ],
             sort_keys=True,
         )
         self.fingerprint: str = hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -59,7 +59,9 @@ def reachable(start: int, passable: Callable[[int], bool], width: int) -> set[in
     return seen
 
 
-def distances(sources: Iterable[int], passable: Callable[[int], bool], width: int) -> dict[int, int]:
+def distances(
+    sources: Iterable[int], passable: Callable[[int], bool], width: int
+) -> dict[int, int]:
     """BFS distance from the nearest source to every reachable cell."""
     dist = {s: 0 for s in sources}
     queue = deque(dist)

@@ -78,8 +78,10 @@ class SokobanEnv(AgentEnv):
 
     # -- tools ------------------------------------------------------------------------
 
-    @tool("Walk one cell; pushes a box if one is in the way.",
-          parameters={"direction": DIRECTION_SCHEMA})  # fmt: skip
+    @tool(
+        "Walk one cell; pushes a box if one is in the way.",
+        parameters={"direction": DIRECTION_SCHEMA},
+    )
     def move(self, direction: str) -> ToolResult:
         layout = self._layout
         assert layout is not None
@@ -143,8 +145,11 @@ class SokobanEnv(AgentEnv):
         assert self._layout is not None
         targets = self._layout.targets
         return [
-            Milestone(f"boxes_placed:{k}", f"{k} box(es) on targets at once",
-                      lambda k=k: len(self._boxes & targets) >= k)  # fmt: skip
+            Milestone(
+                f"boxes_placed:{k}",
+                f"{k} box(es) on targets at once",
+                lambda k=k: len(self._boxes & targets) >= k,
+            )
             for k in range(1, len(targets) + 1)
         ]
 
@@ -170,7 +175,8 @@ class SokobanEnv(AgentEnv):
             id=f"sokoban-{difficulty}-{split}-{seed}",
             split=split,
             difficulty=difficulty,
-            instruction="Push the box onto the target." if n_boxes == 1
+            instruction="Push the box onto the target."
+            if n_boxes == 1
             else f"Push all {n_boxes} boxes onto the targets.",
             seed=seed,
             spec={"rows": list(rows)},

@@ -60,8 +60,15 @@ def parse_room(rows: tuple[str, ...]) -> tuple[Layout, int, frozenset[int]]:
         raise ValueError("a room needs one player and as many boxes as targets (at least one)")
     live = _live_squares(frozenset(floor), frozenset(targets), width)
     dist = _push_distances(frozenset(floor), frozenset(targets), width, height)
-    layout = Layout(width, height, frozenset(floor), frozenset(targets),
-                    frozenset(floor) - live, tuple(base), dist)  # fmt: skip
+    layout = Layout(
+        width,
+        height,
+        frozenset(floor),
+        frozenset(targets),
+        frozenset(floor) - live,
+        tuple(base),
+        dist,
+    )
     return layout, player, frozenset(boxes)
 
 
@@ -130,8 +137,16 @@ def solve(
                 parent[new_key] = (key, behind, name)
                 if moved <= layout.targets:
                     return _moves(layout, player, boxes, _pushes(parent, new_key))
-                heapq.heappush(frontier, (cost + 1 + _heuristic(layout, moved), next(tie),
-                                          cost + 1, new_key, new_region))  # fmt: skip
+                heapq.heappush(
+                    frontier,
+                    (
+                        cost + 1 + _heuristic(layout, moved),
+                        next(tie),
+                        cost + 1,
+                        new_key,
+                        new_region,
+                    ),
+                )
     return None
 
 

@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine:
+#   make demo   install, then run the reference policies on every env
+#   make test   install, then lint, type-check and run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Pinned for CPU machines: 2.13.0 is on local disk here, an unpinned torch would pull
+# a multi-GB CUDA build. GPU users override it: make test TORCH_SPEC="torch>=2.4"
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,train
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/agentgym list
+	$(BIN)/agentgym run all --policy oracle random noop --episodes 40 --split test
+
+lint: install
+	$(BIN)/ruff check agentgym_envs trainers tests
+	$(BIN)/ruff format --check agentgym_envs trainers tests
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,373 @@
+"""The ``agentgym`` command: list, play, run, check, bench and tasks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agentgym_envs.core.errors import AgentGymError
+from agentgym_envs.registration import ENVS, EnvEntry, find
+
+# a fixed width off a terminal, so CI logs keep whole table rows
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _entries(names: Sequence[str]) -> list[EnvEntry]:
+    if not names or list(names) == ["all"]:
+        return list(ENVS)
+    return [find(n) for n in names]
+
+
+def _env_class(entry: EnvEntry) -> Any:
+    from gymnasium.envs.registration import load_env_creator
+
+    return load_env_creator(entry.entry_point)
+
+
+# -- list ------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from agentgym_envs.core.tasks import load_task_set
+
+    rows = []
+    for entry in ENVS:
+        cls = _env_class(entry)
+        tasks = load_task_set(cls.task_file)
+        counts = tasks.counts()
+        rows.append(
+            {
+                "id": entry.id,
+                "family": entry.family,
+                "env_version": cls.version,
+                "tools": list(cls.toolset),
+                "tools_version": cls.toolset.fingerprint,
+                "task_set_version": tasks.version,
+                "tasks": {s: sum(c.values()) for s, c in counts.items()},
+                "difficulties": list(tasks.difficulties),
+                "description": entry.description,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="agentgym envs")
+    for col in ("id", "family", "versions (env/tools/tasks)", "tasks train/test/ood", "tools"):
+        table.add_column(col)
+    for r in rows:
+        t = r["tasks"]
+        table.add_row(
+            r["id"],
+            r["family"],
+            f"{r['env_version']} / {r['tools_version']} / {r['task_set_version']}",
+            f"{t.get('train', 0)}/{t.get('test', 0)}/{t.get('ood', 0)}",
+            ", ".join(r["tools"]),
+        )
+    console.print(table)
+    return 0
+
+
+# -- play ------------------------------------------------------------------------------
+
+_PLAY_HELP = (
+    'Type an action as the agent would, e.g. move(direction="up") or '
+    '{"name": "move", "arguments": {"direction": "up"}}.\n'
+    "Commands: :undo (restore the previous step), :hint (the oracle's next action), "
+    ":tools, :quit"
+)
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    entry = find(args.env)
+    env = gym.make(entry.id)
+    options = _options(args)
+    if args.task_id:
+        options["task_id"] = args.task_id
+    obs, info = env.reset(seed=args.seed, options=options)
+    inner = env.unwrapped
+    console.print(f"[bold]{entry.id}[/] task {info['task']['id']} (seed {info['seeds']['env']})")
+    console.print(info["system"], style="dim")
+    console.print(_PLAY_HELP, style="cyan")
+    history: list[Any] = []
+    total = 0.0
+    try:
+        while True:
+            console.print(obs, highlight=False)
+            try:
+                action = console.input("[bold green]action> [/]")
+            except EOFError:
+                return 0
+            if action.strip() in (":q", ":quit"):
+                return 0
+            if action.strip() == ":tools":
+                console.print(inner.toolset.describe())  # type: ignore[attr-defined]
+                continue
+            if action.strip() == ":hint":
+                console.print(inner.oracle().act(), style="yellow")  # type: ignore[attr-defined]
+                continue
+            if action.strip() == ":undo":
+                if history:
+                    inner.set_state(history.pop())  # type: ignore[attr-defined]
+                    obs = inner.render_view()  # type: ignore[attr-defined]
+                else:
+                    console.print("nothing to undo", style="yellow")
+                continue
+            history.append(inner.get_state())  # type: ignore[attr-defined]
+            obs, reward, terminated, truncated, info = env.step(action)
+            total += float(reward)
+            line = f"reward {reward:+.3f} (return {total:+.3f})"
+            if info["error"]:
+                line += f"  error: {info['error']['code']}"
+            if info["new_milestones"]:
+                line += f"  milestones: {', '.join(info['new_milestones'])}"
+            console.print(line, style="magenta")
+            if terminated or truncated:
+                console.print(obs, highlight=False)
+                console.print(f"[bold]episode over: {info['outcome'].value}[/]")
+                return 0
+    finally:
+        env.close()
+
+
+# -- run -------------------------------------------------------------------------------
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if getattr(args, "split", None):
+        opts["split"] = args.split
+    if getattr(args, "difficulty", None):
+        opts["difficulty"] = args.difficulty
+    return opts
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentgym_envs.eval.metrics import summarize
+    from agentgym_envs.eval.runner import run_episodes
+
+    results = []
+    for entry in _entries(args.env):
+        for policy in args.policy:
+            with _progress(args.json) as progress:
+                task = progress.add_task(f"{entry.name} / {policy}", total=args.episodes)
+                records = run_episodes(
+                    entry.id,
+                    policy,
+                    args.episodes,
+                    split=args.split,
+                    difficulty=args.difficulty,
+                    seed=args.seed,
+                    batch=args.batch,
+                    on_episode=lambda _r, t=task: progress.advance(t),
+                )
+            results.append((summarize(records), records))
+    if args.json:
+        payload = [
+            {
+                "summary": s.to_json(),
+                "episodes": [r.to_json() for r in recs] if args.episodes_json else None,
+            }
+            for s, recs in results
+        ]
+        print(json.dumps(payload, indent=2))
+        return 0
+    table = Table(title=f"{args.episodes} episodes per env and policy, split {args.split}")
+    for col in (
+        "env",
+        "policy",
+        "success (95% CI)",
+        "stage rates",
+        "steps",
+        "return",
+        "cost",
+        "cost/success",
+    ):
+        table.add_column(col)
+    for s, _ in results:
+        lo, hi = s.success_ci
+        stages = " ".join(f"{k}={v:.2f}" for k, v in s.stage_rates.items()) or "-"
+        table.add_row(
+            s.env_id.removeprefix("agentgym/"),
+            s.policy,
+            f"{s.success_rate:.2f} [{lo:.2f}, {hi:.2f}]",
+            stages,
+            f"{s.mean_steps:.1f}",
+            f"{s.mean_return:+.3f}",
+            f"{s.mean_cost:.1f}",
+            "-" if s.cost_per_success is None else f"{s.cost_per_success:.1f}",
+        )
+    console.print(table)
+    return 0
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=quiet,
+        transient=True,
+    )
+
+
+# -- check -----------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from agentgym_envs.eval.conformance import CHECKS, ConformanceError
+
+    table = Table(title="conformance")
+    for col in ("env", "check", "result", "detail"):
+        table.add_column(col)
+    failed = 0
+    for entry in _entries(args.env):
+        for check in CHECKS:
+            start = time.perf_counter()
+            try:
+                detail = check.run(entry)
+                verdict = "[green]pass[/]"
+            except (ConformanceError, AssertionError, AgentGymError) as exc:
+                detail, verdict = str(exc), "[red]FAIL[/]"
+                failed += 1
+            ms = (time.perf_counter() - start) * 1000
+            table.add_row(entry.id, check.name, verdict, f"{detail} ({ms:.0f} ms)")
+    console.print(table)
+    if failed:
+        console.print(f"[red]{failed} check(s) failed[/]")
+    return 1 if failed else 0
+
+
+# -- bench -----------------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from agentgym_envs.eval.bench import bench_env
+
+    results = []
+    for entry in _entries(args.env):
+        with console.status(f"benchmarking {entry.id}"):
+            results.append(bench_env(entry, seconds=args.seconds))
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+        return 0
+    table = Table(title="env benchmark (one core, gym.make with default wrappers)")
+    for col in ("env", "steps/s", "reset ms (median)", "get+set state us", "env KiB", "RSS MiB"):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(
+            r.env_id,
+            f"{r.steps_per_s:,.0f}",
+            f"{r.reset_ms_median:.3f}",
+            f"{r.snapshot_us_median:.1f}",
+            f"{r.env_kib:.0f}",
+            f"{r.rss_mib:.0f}",
+        )
+    console.print(table)
+    return 0
+
+
+# -- tasks -----------------------------------------------------------------------------
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from agentgym_envs.core.tasks import DEFAULT_COUNTS, build_task_set, write_task_set
+
+    root = Path(args.out)
+    counts = dict(DEFAULT_COUNTS)
+    if args.count:
+        counts = {k: args.count for k in counts}
+    built = {e.entry_point: e for e in _entries(args.env)}  # variants share one task set
+    for entry in built.values():
+        cls = _env_class(entry)
+        start = time.perf_counter()
+        with console.status(f"generating {cls.name} tasks"):
+            tasks = build_task_set(cls, counts)
+        header = {"generator": f"{cls.__name__}.generate_task", "env_version": cls.version}
+        n = write_task_set(root / cls.task_file, cls.name, header, tasks)
+        console.print(
+            f"{cls.name}: {n} validated tasks -> {root / cls.task_file} "
+            f"({time.perf_counter() - start:.1f} s)"
+        )
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentgym", description="Gymnasium environments for multi-turn LLM agent RL."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="registered envs with versions and task counts")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("play", help="play an env yourself in the terminal")
+    p.add_argument("env", help="env id or name, e.g. Sokoban")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--split", choices=("train", "test", "ood"))
+    p.add_argument("--difficulty")
+    p.add_argument("--task-id")
+    p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser("run", help="run reference policies and report success")
+    p.add_argument("env", nargs="+", help="env ids or names, or 'all'")
+    p.add_argument("--policy", nargs="+", default=["oracle"], choices=("oracle", "random", "noop"))
+    p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--split", default="test", choices=("train", "test", "ood"))
+    p.add_argument("--difficulty")
+    p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
+    p.add_argument("--batch", type=int, default=8, help="env slots played in lockstep")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--episodes-json", action="store_true", help="include every episode in JSON")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("check", help="run the conformance checks of registered envs")
+    p.add_argument("env", nargs="*", help="env ids or names (default: all)")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("bench", help="steps/s, reset ms, snapshot us and memory per env")
+    p.add_argument("env", nargs="*", help="env ids or names (default: all)")
+    p.add_argument("--seconds", type=float, default=2.0, help="stepping time per env")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("tasks", help="task-set maintenance")
+    tsub = p.add_subparsers(dest="tasks_command", required=True)
+    b = tsub.add_parser("build", help="regenerate and validate task files")
+    b.add_argument("env", nargs="*", help="env ids or names (default: all)")
+    b.add_argument("--out", default="tasks", help="task directory (default: ./tasks)")
+    b.add_argument("--count", type=int, help="tasks per split and difficulty (default 200/50/50)")
+    b.set_defaults(func=cmd_tasks)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except AgentGymError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+"""Reference policies: the batched ``Policy`` protocol, random, oracle and do-nothing."""
+
+from agentgym_envs.policies.base import Policy, make_policy
+from agentgym_envs.policies.reference import NoopPolicy, OraclePolicy, RandomPolicy
+
+__all__ = ["NoopPolicy", "OraclePolicy", "Policy", "RandomPolicy", "make_policy"]

@@ -1,0 +1,126 @@
+"""The action parser: every accepted form, and precise error codes."""
+
+import pytest
+
+from agentgym_envs.core import ActionParser, ErrorCode, ToolSet
+from tests.core.counter_env import CounterEnv
+
+
+@pytest.fixture
+def parser() -> ActionParser:
+    return ActionParser(CounterEnv.toolset, accepts_messages=False, max_calls=2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "add", "arguments": {"n": 2}}',
+        '{"tool": "add", "args": {"n": 2}}',
+        '{"name": "add", "parameters": {"n": 2}}',
+        '{"type": "function", "function": {"name": "add", "arguments": "{\\"n\\": 2}"}}',
+        '<tool_call>{"name": "add", "arguments": {"n": 2}}</tool_call>',
+        'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"n": 2}}\n</tool_call>',
+        "<tool_call>add(n=2)</tool_call>",
+        "add(n=2)",
+        "add(2)",
+        "  add( n = 2 )  ",
+        '```json\n{"name": "add", "arguments": {"n": 2}}\n```',
+        "```python\nadd(n=2)\n```",
+        "<think>I should add two. add(n=99)</think>add(n=2)",
+        'I will call {"name": "add", "arguments": {"n": 2}} now',
+        "I will add two.\nadd(n=2)",
+        "add(n=2.0)",
+    ],
+)
+def test_accepted_forms(parser: ActionParser, text: str) -> None:
+    parsed = parser.parse(text)
+    assert parsed.error_code is None, parsed.error_message
+    assert len(parsed.calls) == 1
+    assert parsed.calls[0].name == "add"
+    assert parsed.calls[0].arguments["n"] == 2
+
+
+def test_bareword_argument_is_a_string() -> None:
+    from agentgym_envs.games.sokoban import SokobanEnv
+
+    parsed = ActionParser(SokobanEnv.toolset, accepts_messages=False).parse("move(up)")
+    assert parsed.calls[0].arguments == {"direction": "up"}
+
+
+def test_zero_argument_tool(parser: ActionParser) -> None:
+    parsed = parser.parse("peek()")
+    assert parsed.calls[0].name == "peek" and parsed.calls[0].arguments == {}
+    assert parser.parse('{"name": "peek"}').calls[0].name == "peek"
+
+
+def test_several_calls_up_to_the_limit(parser: ActionParser) -> None:
+    two = parser.parse("<tool_call>peek()</tool_call><tool_call>add(n=1)</tool_call>")
+    assert [c.name for c in two.calls] == ["peek", "add"]
+    assert parser.parse('[{"name": "peek"}, {"name": "peek"}]').error_code is None
+    three = parser.parse("peek()\npeek()\npeek()")
+    assert three.error_code == ErrorCode.TOO_MANY_CALLS
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "fragment"),
+    [
+        ("", ErrorCode.PARSE_ERROR, "empty"),
+        ("hello there", ErrorCode.PARSE_ERROR, "no tool call"),
+        ('{"name": "add", "arguments": {"n": 2}', ErrorCode.PARSE_ERROR, "invalid JSON"),
+        ("add(n=", ErrorCode.PARSE_ERROR, "invalid call syntax"),
+        ('{"arguments": {"n": 1}}', ErrorCode.PARSE_ERROR, "no tool name"),
+        ("[1, 2]", ErrorCode.PARSE_ERROR, "expected an object"),
+        ("ad(n=1)", ErrorCode.UNKNOWN_TOOL, "Did you mean 'add'"),
+        ('{"name": "launch_missiles"}', ErrorCode.UNKNOWN_TOOL, "Available tools"),
+        ("add()", ErrorCode.BAD_ARGUMENTS, "missing required argument 'n'"),
+        ('add(n="two")', ErrorCode.BAD_ARGUMENTS, "must be integer"),
+        ("add(n=99)", ErrorCode.BAD_ARGUMENTS, "<= 20"),
+        ("add(n=1, m=2)", ErrorCode.BAD_ARGUMENTS, "unexpected argument 'm'"),
+        ("add(1, 2)", ErrorCode.BAD_ARGUMENTS, "at most 1 positional"),
+        ("add(n=1, n=2)", ErrorCode.BAD_ARGUMENTS, "given twice"),
+        ("add(n=__import__('os'))", ErrorCode.BAD_ARGUMENTS, "literals"),
+        ("add(**{'n': 1})", ErrorCode.BAD_ARGUMENTS, "kwargs"),
+        ("os.system('ls')", ErrorCode.PARSE_ERROR, "bare name"),
+        ('{"name": "add", "arguments": [1]}', ErrorCode.BAD_ARGUMENTS, "must be an object"),
+        ('{"name": "add", "arguments": "{bad"}', ErrorCode.BAD_ARGUMENTS, "not valid JSON"),
+        ("add(n=True)", ErrorCode.BAD_ARGUMENTS, "must be integer"),
+    ],
+)
+def test_errors_are_precise(parser: ActionParser, text: str, code: str, fragment: str) -> None:
+    parsed = parser.parse(text)
+    assert parsed.calls == ()
+    assert parsed.error_code == code
+    assert fragment in (parsed.error_message or "")
+
+
+def test_never_executes_code(parser: ActionParser, tmp_path) -> None:
+    marker = tmp_path / "pwned"
+    parsed = parser.parse(f"add(n=open({str(marker)!r}, 'w').write('x'))")
+    assert parsed.error_code == ErrorCode.BAD_ARGUMENTS
+    assert not marker.exists()
+
+
+def test_length_limit_and_deep_nesting() -> None:
+    parser = ActionParser(CounterEnv.toolset, accepts_messages=False, max_chars=100)
+    assert "limit is 100" in (parser.parse("x" * 101).error_message or "")
+    deep = ActionParser(CounterEnv.toolset, accepts_messages=False, max_chars=10**7)
+    for text in ("[" * 100_000, "add(n=" + "(" * 10_000 + "1" + ")" * 10_000 + ")"):
+        assert deep.parse(text).error_code is not None
+
+
+def test_plain_text_is_a_message_where_the_env_has_a_user() -> None:
+    parser = ActionParser(CounterEnv.toolset, accepts_messages=True)
+    assert parser.parse("  Hello, how can I help?  ").message == "Hello, how can I help?"
+    # an attempted but broken call is still an error, not a message
+    assert parser.parse('{"name": "add"').error_code == ErrorCode.PARSE_ERROR
+
+
+def test_results_are_cached_and_canonical(parser: ActionParser) -> None:
+    first = parser.parse("add(n=2)")
+    assert parser.parse("add(n=2)") is first
+    assert first.canonical == parser.parse('{"name": "add", "arguments": {"n": 2}}').canonical
+
+
+def test_empty_toolset_parses_nothing() -> None:
+    parser = ActionParser(ToolSet([]), accepts_messages=False)
+    assert parser.parse("add(n=1)").error_code == ErrorCode.UNKNOWN_TOOL

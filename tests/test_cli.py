@@ -1,0 +1,73 @@
+"""The agentgym command, run in-process and as a real subprocess."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agentgym_envs.cli import main
+
+
+def test_list_json(capsys) -> None:
+    assert main(["list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    sokoban = next(r for r in rows if r["id"] == "agentgym/Sokoban-v0")
+    assert sokoban["family"] == "games" and sokoban["tools"] == ["move"]
+    assert sokoban["tasks"] == {"train": 600, "test": 150, "ood": 150}
+
+
+def test_run_reports_success_with_ci(capsys) -> None:
+    code = main(["run", "Sokoban", "--policy", "oracle", "noop", "--episodes", "6", "--json"])
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    oracle, noop = (p["summary"] for p in payload)
+    assert oracle["success_rate"] == 1.0 and oracle["success_ci"][0] > 0.5
+    assert noop["success_rate"] == 0.0 and noop["cost_per_success"] is None
+    assert oracle["episodes"] == 6 and oracle["mean_steps"] > 0
+
+
+def test_run_table(capsys) -> None:
+    assert main(["run", "Sokoban", "--episodes", "3", "--difficulty", "easy"]) == 0
+    out = capsys.readouterr().out
+    assert "Sokoban-v0" in out and "oracle" in out and "1.00" in out
+
+
+def test_check_one_env(capsys) -> None:
+    assert main(["check", "Sokoban"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("pass") == 6 and "FAIL" not in out
+
+
+def test_bench_json(capsys) -> None:
+    assert main(["bench", "Sokoban", "--seconds", "0.2", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["steps"] > 0 and result["steps_per_s"] > 0 and result["reset_ms_median"] > 0
+
+
+def test_errors_name_the_fix(capsys) -> None:
+    assert main(["run", "Sokobon", "--episodes", "1"]) == 2
+    assert "Did you mean" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["run", "Sokoban", "--policy", "genius"])
+
+
+def test_tasks_build_writes_validated_tasks(tmp_path, capsys) -> None:
+    assert main(["tasks", "build", "Sokoban", "--out", str(tmp_path), "--count", "2"]) == 0
+    lines = (tmp_path / "games" / "sokoban.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["format"] == "agentgym-tasks/1"
+    assert len(lines) == 1 + 2 * 3 * 3  # 2 per split and difficulty
+
+
+def test_play_in_a_real_terminal_session() -> None:
+    script = 'move(direction="up")\n:undo\n:hint\nnonsense\n:quit\n'
+    out = subprocess.run(
+        [sys.executable, "-m", "agentgym_envs.cli", "play", "Sokoban", "--seed", "3"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "Boxes on targets" in out and "error: parse_error" in out
+    assert 'move(direction="' in out  # the hint
