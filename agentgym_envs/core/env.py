@@ -165,6 +165,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._visits: dict[Any, int] = {}
         self._seeds: dict[str, int | None] = {}
         self._last_obs = ""
+        self._system: str | None = None
         self._closed = False
         self._versions = {
             "env": f"{self.name}-v{self.version}{self.variant()}",
@@ -245,6 +246,10 @@ class AgentEnv(gym.Env[str, str], ABC):
         finally:
             env.close()
 
+    def reset_view(self) -> str:
+        """The view shown under the instruction at reset; ``render_view()`` by default."""
+        return self.render_view()
+
     def _world_key(self) -> Any:
         """Hashable plain data identifying the world state (visits and ``state_hash``)."""
         return self._get_world()
@@ -303,19 +308,22 @@ class AgentEnv(gym.Env[str, str], ABC):
         verifier_seed = int(opts.get("verifier_seed", seed))
         self._seeds = {"env": seed, "task": task.seed, "verifier": verifier_seed}
         self._visits = {self._world_key(): 1}
-        rules = self.system_rules()
-        system = (
-            (f"{rules}\n\n" if rules else "")
-            + f"Tools:\n{self.toolset.describe()}\n\n{_FORMAT_NOTE}"
-            + (f"\nExample: {self.example_action}" if self.example_action else "")
-        )
-        obs = sanitize(f"{task.instruction}\n\n{self.render_view()}", self.max_observation_chars)
+        obs = sanitize(f"{task.instruction}\n\n{self.reset_view()}", self.max_observation_chars)
         self._last_obs = obs
         self.ledger.chars_out += len(obs)
         components = dict.fromkeys(COMPONENTS, 0.0)
         info = self._info(Outcome.CONTINUE, [], {}, [], components, {}, 1)
-        info["system"] = sanitize(system, self.max_observation_chars)
+        if self._system is None:  # the rules depend on constructor options only
+            self._system = sanitize(self._system_prompt(), self.max_observation_chars)
+        info["system"] = self._system
         return obs, dict(info)
+
+    def _system_prompt(self) -> str:
+        rules = self.system_rules()
+        example = f"\nExample: {self.example_action}" if self.example_action else ""
+        parts = [rules] if rules else []
+        parts += [f"Tools:\n{self.toolset.describe()}", _FORMAT_NOTE + example]
+        return "\n\n".join(parts)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Run one action: parse, gate, execute, observe, milestones, verify, reward."""

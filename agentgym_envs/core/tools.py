@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import math
-import pickle
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -392,7 +392,11 @@ class ToolSet(Mapping[str, Tool]):
             sort_keys=True,
         )
         self.fingerprint: str = hashlib.sha256(canonical.encode()).hexdigest()[:12]
-        self._schemas_blob = pickle.dumps(schemas, protocol=pickle.HIGHEST_PROTOCOL)
+        # marshal: the fastest way to hand out fresh copies (JSON-like data only)
+        self._schemas_blob = marshal.dumps(schemas)
+        self._description = "\n".join(
+            f"- {t.signature()}: {t.description}" for t in self._tools.values()
+        )
 
     @classmethod
     def from_class(cls, owner: type) -> ToolSet:
@@ -416,9 +420,9 @@ class ToolSet(Mapping[str, Tool]):
 
     def schemas(self) -> list[dict[str, Any]]:
         """A fresh copy of the OpenAI-format schemas (callers may mutate it)."""
-        result: list[dict[str, Any]] = pickle.loads(self._schemas_blob)
+        result: list[dict[str, Any]] = marshal.loads(self._schemas_blob)
         return result
 
     def describe(self) -> str:
         """One line per tool, for system prompts: ``signature: description``."""
-        return "\n".join(f"- {t.signature()}: {t.description}" for t in self._tools.values())
+        return self._description

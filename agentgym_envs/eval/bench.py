@@ -57,14 +57,17 @@ def bench_env(entry: EnvEntry, seconds: float = 2.0, split: str = "test") -> Ben
         env.reset(seed=i, options={"task_id": task.id})
         start = time.perf_counter()
         for action in task.solution:
-            env.step(action)
+            steps += 1
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:  # slippery ice can end an episode early
+                break
         busy += time.perf_counter() - start
-        steps += len(task.solution)
     # 3. get_state + set_state mid-episode
     task = tasks[0]
     env.reset(seed=0, options={"task_id": task.id})
     for action in task.solution[: len(task.solution) // 2]:
-        env.step(action)
+        if any(env.step(action)[2:4]):
+            break
     snaps = []
     for _ in range(2000):
         start = time.perf_counter()
