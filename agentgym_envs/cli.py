@@ -192,6 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "return",
         "cost",
         "cost/success",
+        "safety stops",
     ):
         table.add_column(col)
     for s, _ in results:
@@ -206,6 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{s.mean_return:+.3f}",
             f"{s.mean_cost:.1f}",
             "-" if s.cost_per_success is None else f"{s.cost_per_success:.1f}",
+            f"{s.safety_stop_rate:.2f}",
         )
     console.print(table)
     return 0
@@ -218,7 +220,7 @@ def _progress(quiet: bool) -> Progress:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=Console(stderr=True),
-        disable=quiet,
+        disable=quiet or not sys.stderr.isatty(),
         transient=True,
     )
 

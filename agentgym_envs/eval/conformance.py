@@ -164,7 +164,8 @@ def check_oracle(entry: EnvEntry, seeds: range = range(50), split: str = "test")
                 raise ConformanceError(
                     f"{difficulty}: oracle won {wins}/{n}, expected {expected:.1f}"
                 )
-            lines.append(f"{difficulty} {wins}/{n}")
+            exact = "" if var == 0 else f" (optimal {expected:.1f})"
+            lines.append(f"{difficulty} {wins}/{n}{exact}")
     finally:
         env.close()
     return "oracle " + ", ".join(lines)
