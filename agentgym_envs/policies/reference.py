@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,26 +13,8 @@ import numpy as np
 from agentgym_envs.core.env import AgentEnv, Oracle
 from agentgym_envs.core.errors import ConfigError
 
-_WORDS = (
-    "north",
-    "south",
-    "east",
-    "west",
-    "key",
-    "door",
-    "box",
-    "up",
-    "down",
-    "left",
-    "right",
-    "lamp",
-    "red",
-    "blue",
-    "item",
-    "the",
-    "a",
-    "x",
-)
+# words for random string arguments (some hit real item names, most do not)
+_WORDS = "north south east west key door box up down left right lamp red blue item the a x"
 
 
 def _agent_env(env: gym.Env[Any, Any]) -> AgentEnv:
@@ -44,7 +27,29 @@ def _agent_env(env: gym.Env[Any, Any]) -> AgentEnv:
     return inner
 
 
-class OraclePolicy:
+class ScriptedPolicy(ABC):
+    """A policy that picks each slot's action on its own (no batching benefit)."""
+
+    name = ""
+
+    def reset(self, indices: Sequence[int]) -> None:  # noqa: B027  (optional hook)
+        """Scripted policies keep no per-episode state unless they override this."""
+
+    def act(
+        self,
+        observations: Sequence[str],
+        infos: Sequence[Mapping[str, Any]],
+        slots: Sequence[int] | None = None,
+    ) -> list[str]:
+        chosen = slots if slots is not None else range(len(observations))
+        return [self.act_one(slot, info) for slot, info in zip(chosen, infos, strict=True)]
+
+    @abstractmethod
+    def act_one(self, slot: int, info: Mapping[str, Any]) -> str:
+        """The action for one env slot."""
+
+
+class OraclePolicy(ScriptedPolicy):
     """Each env's scripted solver, which reads the true state (a ceiling, not an agent)."""
 
     name = "oracle"
@@ -57,22 +62,14 @@ class OraclePolicy:
         for i in indices:
             self._oracles[i] = None
 
-    def act(
-        self,
-        observations: Sequence[str],
-        infos: Sequence[Mapping[str, Any]],
-        slots: Sequence[int] | None = None,
-    ) -> list[str]:
-        actions = []
-        for i in slots if slots is not None else range(len(observations)):
-            oracle = self._oracles[i]
-            if oracle is None:
-                oracle = self._oracles[i] = self._envs[i].oracle()
-            actions.append(oracle.act())
-        return actions
+    def act_one(self, slot: int, info: Mapping[str, Any]) -> str:
+        oracle = self._oracles[slot]
+        if oracle is None:
+            oracle = self._oracles[slot] = self._envs[slot].oracle()
+        return oracle.act()
 
 
-class NoopPolicy:
+class NoopPolicy(ScriptedPolicy):
     """Does nothing: sends each env's ``noop_action`` every step (a floor baseline)."""
 
     name = "noop"
@@ -80,19 +77,11 @@ class NoopPolicy:
     def __init__(self, envs: Sequence[gym.Env[Any, Any]]) -> None:
         self._actions = [_agent_env(e).noop_action for e in envs]
 
-    def reset(self, indices: Sequence[int]) -> None:
-        return None
-
-    def act(
-        self,
-        observations: Sequence[str],
-        infos: Sequence[Mapping[str, Any]],
-        slots: Sequence[int] | None = None,
-    ) -> list[str]:
-        return [self._actions[i] for i in (slots if slots is not None else range(len(infos)))]
+    def act_one(self, slot: int, info: Mapping[str, Any]) -> str:
+        return self._actions[slot]
 
 
-class RandomPolicy:
+class RandomPolicy(ScriptedPolicy):
     """Calls a uniformly chosen tool with random arguments drawn from its JSON schema.
 
     Args:
@@ -104,18 +93,8 @@ class RandomPolicy:
     def __init__(self, seed: int = 0) -> None:
         self._rng = np.random.default_rng(seed)
 
-    def reset(self, indices: Sequence[int]) -> None:
-        return None
-
-    def act(
-        self,
-        observations: Sequence[str],
-        infos: Sequence[Mapping[str, Any]],
-        slots: Sequence[int] | None = None,
-    ) -> list[str]:
-        return [self._call(info.get("tools", [])) for info in infos]
-
-    def _call(self, tools: Sequence[Mapping[str, Any]]) -> str:
+    def act_one(self, slot: int, info: Mapping[str, Any]) -> str:
+        tools: Sequence[Mapping[str, Any]] = info.get("tools", [])
         if not tools:
             return ""
         fn = tools[int(self._rng.integers(len(tools)))]["function"]
@@ -144,4 +123,5 @@ class RandomPolicy:
             return []
         if kind == "object":
             return {}
-        return " ".join(_WORDS[int(i)] for i in self._rng.integers(len(_WORDS), size=2))
+        words = _WORDS.split()
+        return " ".join(words[int(i)] for i in self._rng.integers(len(words), size=2))
