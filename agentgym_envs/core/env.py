@@ -13,6 +13,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 import gymnasium as gym
@@ -341,46 +342,10 @@ class AgentEnv(gym.Env[str, str], ABC):
             parsed = _NOT_TEXT
             action = ""
         self._step += 1
-        ledger = self.ledger
-        ledger.chars_in += len(action)
-        calls_info: list[ToolCallInfo] = []
-        results: list[ToolResult] = []
-        error: ErrorInfo = {}
-        safety: SafetyInfo = {}
-        outcome = Outcome.CONTINUE
-        cost = 0.0
-        errors = 0
-        if parsed.error_code is not None:
-            error = {"code": parsed.error_code, "message": self._hint(parsed)}
-            errors = 1
-        elif parsed.message is not None:
-            reply = self.on_message(parsed.message)
-            results.append(reply)
-            if reply.error_code is not None:
-                error = {"code": reply.error_code, "message": reply.text}
-                errors = 1
-        else:
-            for i, call in enumerate(parsed.calls):
-                status, latency = ToolStatus.SKIPPED, 0.0
-                if outcome is Outcome.CONTINUE:
-                    status, latency, charged, result, outcome, safety_now = self._run_call(call)
-                    cost += charged
-                    if result is not None:
-                        results.append(result)
-                        if result.error_code is not None:
-                            error = {"code": result.error_code, "message": result.text}
-                            errors += status is ToolStatus.BLOCKED
-                    safety = safety_now or safety
-                calls_info.append(
-                    {
-                        "name": call.name,
-                        "arguments": _fresh(call.arguments),
-                        "call_id": f"call_{self._step}_{i}",
-                        "status": status,
-                        "latency_ms": latency,
-                    }
-                )
-        ledger.errors += errors
+        self.ledger.chars_in += len(action)
+        turn = self._execute(parsed)
+        outcome, errors = turn.outcome, turn.errors
+        self.ledger.errors += errors
         new: list[str] = []
         share = 0.0
         if outcome is Outcome.CONTINUE:
@@ -390,26 +355,64 @@ class AgentEnv(gym.Env[str, str], ABC):
                 outcome, self._reason = self._check_budgets()
         elif outcome is Outcome.SAFETY_STOP:
             new, share = self._tracker.update()
-            self._reason = safety.get("reason")
+            self._reason = turn.safety.get("reason")
         components = step_reward(
             self.reward_config,
             self._tally,
             outcome=outcome,
             milestone_share=share,
-            cost=cost,
+            cost=turn.cost,
             errors=errors,
         )
         self._outcome = outcome
         key = self._world_key()
         visits = self._visits[key] = self._visits.get(key, 0) + 1
         self._history.append(parsed.canonical)
-        obs = sanitize(self._observation(results, error, outcome), self.max_observation_chars)
-        ledger.chars_out += len(obs)
+        obs = sanitize(
+            self._observation(turn.results, turn.error, outcome), self.max_observation_chars
+        )
+        self.ledger.chars_out += len(obs)
         self._last_obs = obs
-        info = self._info(outcome, calls_info, error, new, components, safety, visits)
+        info = self._info(outcome, turn.calls, turn.error, new, components, turn.safety, visits)
         terminated = outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.SAFETY_STOP)
         truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
         return obs, sum(components.values()), terminated, truncated, dict(info)
+
+    def _execute(self, parsed: ParsedAction) -> _Turn:
+        """Steps 2-3 of the loop: gate and run each parsed call (or deliver a message)."""
+        turn = _Turn()
+        if parsed.error_code is not None:
+            turn.error = {"code": parsed.error_code, "message": self._hint(parsed)}
+            turn.errors = 1
+            return turn
+        if parsed.message is not None:
+            reply = self.on_message(parsed.message)
+            turn.results.append(reply)
+            if reply.error_code is not None:
+                turn.error = {"code": reply.error_code, "message": reply.text}
+                turn.errors = 1
+            return turn
+        for i, call in enumerate(parsed.calls):
+            status, latency = ToolStatus.SKIPPED, 0.0
+            if turn.outcome is Outcome.CONTINUE:
+                status, latency, charged, result, turn.outcome, safety = self._run_call(call)
+                turn.cost += charged
+                turn.safety = safety or turn.safety
+                if result is not None:
+                    turn.results.append(result)
+                    if result.error_code is not None:
+                        turn.error = {"code": result.error_code, "message": result.text}
+                        turn.errors += status is ToolStatus.BLOCKED
+            turn.calls.append(
+                {
+                    "name": call.name,
+                    "arguments": _fresh(call.arguments),
+                    "call_id": f"call_{self._step}_{i}",
+                    "status": status,
+                    "latency_ms": latency,
+                }
+            )
+        return turn
 
     def render(self) -> str | None:
         """In ``ansi`` mode, the current view as text."""
@@ -688,6 +691,19 @@ _OUTCOME_TEXT = {
     Outcome.SAFETY_STOP: "Episode stopped for safety.",
     Outcome.ENV_ERROR: "The environment failed ({reason}); this is not the agent's fault.",
 }
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What executing one action produced (internal to ``step``)."""
+
+    calls: list[ToolCallInfo] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
+    error: ErrorInfo = field(default_factory=lambda: ErrorInfo())
+    safety: SafetyInfo = field(default_factory=lambda: SafetyInfo())
+    outcome: Outcome = Outcome.CONTINUE
+    cost: float = 0.0
+    errors: int = 0  # policy errors (parse, unknown tool, bad arguments, blocked)
 
 
 _NOT_TEXT = ParsedAction(
