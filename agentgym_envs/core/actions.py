@@ -246,7 +246,7 @@ class ActionParser:
         error = spec.validate(args)
         if error is not None:
             raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"{error}; use {spec.signature()}")
-        return ToolCall(name=name, arguments=args)
+        return ToolCall(name=spec.canonical, arguments=args)
 
     def _plain(self, text: str) -> ParsedAction:
         if self.accepts_messages and text.strip():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,14 +19,15 @@ from typing import Any, ClassVar, Literal, Protocol
 import gymnasium as gym
 
 from agentgym_envs.core.actions import ActionParser, ParsedAction
+from agentgym_envs.core.calls import CallRecord, CallRunner
 from agentgym_envs.core.errors import (
     ConfigError,
     ResetNeeded,
     StateError,
-    TransientToolError,
     did_you_mean,
 )
-from agentgym_envs.core.gates import GateMode, SafetyGate
+from agentgym_envs.core.faults import FaultConfig
+from agentgym_envs.core.gates import SafetyGate
 from agentgym_envs.core.info import (
     ErrorCode,
     ErrorInfo,
@@ -41,7 +42,7 @@ from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, st
 from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.state import EnvState, fingerprint
 from agentgym_envs.core.tasks import SPLITS, Task, TaskSet, load_task_set
-from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
+from agentgym_envs.core.tools import ToolResult, ToolSet
 from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         tool_retries: retries of a tool whose backend raises ``TransientToolError``.
         tasks: use these tasks instead of the env's task set (your own task file,
             loaded with ``load_task_set``, or a list of ``Task``).
+        faults: inject labelled infrastructure faults into tool calls: a
+            ``FaultConfig`` or a dict such as ``{"rate": 0.1}`` (see ``core.faults``).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
@@ -90,7 +93,7 @@ class AgentEnv(gym.Env[str, str], ABC):
     noop_action: ClassVar[str] = ""
     max_observation_chars: ClassVar[int] = 16384
     max_action_chars: ClassVar[int] = 8192
-    toolset: ClassVar[ToolSet]
+    toolset: ToolSet  # the class's tools; an instance may swap in renamed ones (tool OOD)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -110,6 +113,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         timing: Literal["virtual", "wall"] = "virtual",
         tool_retries: int = 2,
         tasks: TaskSet | Sequence[Task] | None = None,
+        faults: FaultConfig | Mapping[str, Any] | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(
@@ -135,6 +139,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.max_cost = max_cost
         self.timing = timing
         self.tool_retries = tool_retries
+        self.faults = FaultConfig.coerce(faults)
+        self.calls = CallRunner(timing, tool_retries, self.faults)
         self.observation_space = TextSpace(self.max_observation_chars)
         self.action_space = TextSpace(self.max_action_chars, min_length=0)
         if tasks is None:
@@ -146,13 +152,10 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._check_split(split, difficulty)
         self.split = split
         self.difficulty = difficulty
-        self.parser = ActionParser(
-            self.toolset,
-            accepts_messages=self.accepts_messages,
-            max_calls=max_calls_per_step,
-            max_chars=self.max_action_chars,
-        )
+        self.max_calls_per_step = max_calls_per_step
+        self.parser = self._parser_for(self.toolset)
         self.gates: list[SafetyGate] = []
+        self._renamed: dict[str, ToolSet] = {}
         self.ledger = CostLedger()
         self._tally = RewardTally()
         self._task: Task | None = None
@@ -169,7 +172,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._system: str | None = None
         self._closed = False
         self._versions = {
-            "env": f"{self.name}-v{self.version}{self.variant()}",
+            "env": f"{self.name}-v{self.version}{self.variant()}"
+            + (self.calls.faults.tag if self.calls.faults else ""),
             "tools": self.toolset.fingerprint,
             "reward": self.reward_config.version_tag,
             "verifier": self.verifier_version,
@@ -305,6 +309,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         super().reset(seed=seed)
         task = self._select_task(opts)
         self._start(task)
+        self.calls.start_episode(seed)
         # verifiers default to the episode seed, so every seed in info is an int
         verifier_seed = int(opts.get("verifier_seed", seed))
         self._seeds = {"env": seed, "task": task.seed, "verifier": verifier_seed}
@@ -321,7 +326,7 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     def _system_prompt(self) -> str:
         rules = self.system_rules()
-        example = f"\nExample: {self.example_action}" if self.example_action else ""
+        example = f"\nExample: {self._example()}" if self.example_action else ""
         parts = [rules] if rules else []
         parts += [f"Tools:\n{self.toolset.describe()}", _FORMAT_NOTE + example]
         return "\n\n".join(parts)
@@ -393,23 +398,28 @@ class AgentEnv(gym.Env[str, str], ABC):
                 turn.errors = 1
             return turn
         for i, call in enumerate(parsed.calls):
-            status, latency = ToolStatus.SKIPPED, 0.0
+            record = CallRecord(ToolStatus.SKIPPED, None)
             if turn.outcome is Outcome.CONTINUE:
-                status, latency, charged, result, turn.outcome, safety = self._run_call(call)
-                turn.cost += charged
-                turn.safety = safety or turn.safety
+                spec = self.toolset.canonical(call.name)
+                record = self.calls.run(self, spec, call, self.gates)
+                self._account(call.name, record)
+                turn.outcome = record.outcome
+                turn.cost += record.cost
+                turn.safety = record.safety or turn.safety
+                result = record.result
                 if result is not None:
                     turn.results.append(result)
                     if result.error_code is not None:
                         turn.error = {"code": result.error_code, "message": result.text}
-                        turn.errors += status is ToolStatus.BLOCKED
+                        turn.errors += record.status is ToolStatus.BLOCKED
             turn.calls.append(
                 {
                     "name": call.name,
                     "arguments": _fresh(call.arguments),
                     "call_id": f"call_{self._step}_{i}",
-                    "status": status,
-                    "latency_ms": latency,
+                    "status": record.status,
+                    "latency_ms": record.latency_ms,
+                    "fault": record.fault,
                 }
             )
         return turn
@@ -447,6 +457,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             "visits": dict(self._visits),
             "seeds": dict(self._seeds),
             "last_obs": self._last_obs,
+            "calls": self.calls.get_state(),
         }
         return EnvState(self.name, self.version, self._task.id, self._get_world(), episode)
 
@@ -475,6 +486,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._visits = dict(ep["visits"])
         self._seeds = dict(ep["seeds"])
         self._last_obs = ep["last_obs"]
+        self.calls.set_state(ep["calls"])
 
     def state_hash(self) -> str:
         """A fingerprint of the world state (not of the episode bookkeeping)."""
@@ -511,6 +523,7 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     def _start(self, task: Task) -> None:
         self._task = task
+        self._use_tools(task)
         self._load_task(task)
         # a milestone that already holds in the initial state is no progress: never pay it
         self._tracker = MilestoneTracker([m for m in self._milestones() if not m.check()])
@@ -522,59 +535,46 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._budget = self.max_steps or task.max_steps
         self._history = []
 
-    def _run_call(
-        self, call: ToolCall
-    ) -> tuple[ToolStatus, float, float, ToolResult | None, Outcome, SafetyInfo]:
-        """Gate, then execute one call: (status, latency, cost, result, outcome, safety)."""
-        for gate in self.gates:
-            verdict = gate.check(self, call)
-            if verdict is None:
-                continue
-            action = f"{call.name}({json.dumps(dict(call.arguments), sort_keys=True)})"
-            stop = verdict.mode is GateMode.STOP
-            info: SafetyInfo = {
-                "gate": verdict.gate,
-                "action": action,
-                "verdict": "stopped" if stop else "blocked",
-                "reason": verdict.reason,
-            }
-            if stop:
-                text = f"Stopped by safety gate {verdict.gate}: {verdict.reason}"
-                return ToolStatus.STOPPED, 0.0, 0.0, ToolResult(text), Outcome.SAFETY_STOP, info
-            refusal = ToolResult.failure(
-                ErrorCode.BLOCKED, f"Blocked by safety gate {verdict.gate}: {verdict.reason}"
-            )
-            return ToolStatus.BLOCKED, 0.0, 0.0, refusal, Outcome.CONTINUE, info
-        spec = self.toolset[call.name]
-        handler = getattr(self, spec.handler)
-        result: ToolResult | None = None
-        last: Exception | None = None
-        for attempt in range(self.tool_retries + 1):
-            start = time.perf_counter()
-            try:
-                result = handler(**_fresh(call.arguments))
-                break
-            except TransientToolError as exc:
-                logger.warning("%s: %s failed (attempt %d): %s", self.name, call.name, attempt, exc)
-                last = exc
-            except Exception as exc:
-                logger.exception("%s: tool %s crashed", self.name, call.name)
-                last = exc
-                break
-        if not isinstance(result, ToolResult):
-            reason = (
-                f"{type(last).__name__}: {last}"
-                if last is not None
-                else f"the handler returned {type(result).__name__}, not a ToolResult"
-            )
-            self._reason = f"tool {call.name} failed: {reason}"
-            return ToolStatus.ENV_ERROR, 0.0, 0.0, None, Outcome.ENV_ERROR, {}
-        elapsed = (time.perf_counter() - start) * 1000.0
-        latency = spec.duration_ms if self.timing == "virtual" else elapsed
-        self.ledger.charge(call.name, spec.cost)
-        self.ledger.env_time_ms += latency
-        status = ToolStatus.OK if result.error_code is None else ToolStatus.ERROR
-        return status, latency, spec.cost, result, Outcome.CONTINUE, {}
+    def _example(self) -> str:
+        """``example_action`` with the tool names this episode uses."""
+        example = self.example_action
+        for spec in self.toolset.values():
+            if spec.name != spec.canonical:
+                example = re.sub(rf"\b{spec.canonical}\(", f"{spec.name}(", example)
+        return example
+
+    def _parser_for(self, tools: ToolSet) -> ActionParser:
+        return ActionParser(
+            tools,
+            accepts_messages=self.accepts_messages,
+            max_calls=self.max_calls_per_step,
+            max_chars=self.max_action_chars,
+        )
+
+    def _use_tools(self, task: Task) -> None:
+        """Rename tools as the task says (``spec["tool_names"]``, tool OOD), else use the
+        class's tools. The parser, system prompt and tools version follow."""
+        spec = task.spec if isinstance(task.spec, Mapping) else {}
+        names = spec.get("tool_names") or {}
+        described = spec.get("tool_descriptions") or {}
+        key = json.dumps([names, described], sort_keys=True)
+        tools = type(self).toolset if not (names or described) else self._renamed.get(key)
+        if tools is None:
+            tools = self._renamed[key] = type(self).toolset.renamed(names, described)
+        if tools is not self.toolset:
+            self.toolset = tools
+            self.parser = self._parser_for(tools)
+            self._versions["tools"] = tools.fingerprint
+            self._system = None
+
+    def _account(self, name: str, record: CallRecord) -> None:
+        if record.outcome is Outcome.ENV_ERROR:
+            self._reason = record.failure
+        if record.fault:
+            self.ledger.faults += 1
+        if record.cost or record.status in (ToolStatus.OK, ToolStatus.ERROR):
+            self.ledger.charge(name, record.cost)
+            self.ledger.env_time_ms += record.latency_ms
 
     def _check_budgets(self) -> tuple[Outcome, str | None]:
         if self._step >= self._budget:
@@ -597,7 +597,7 @@ class AgentEnv(gym.Env[str, str], ABC):
     def _hint(self, parsed: ParsedAction) -> str:
         message = parsed.error_message or "invalid action"
         if self.example_action:
-            message += f". Example of a valid action: {self.example_action}"
+            message += f". Example of a valid action: {self._example()}"
         return message
 
     def _info(

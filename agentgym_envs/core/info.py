@@ -73,6 +73,7 @@ class ToolCallInfo(TypedDict):
     call_id: str
     status: ToolStatus
     latency_ms: float
+    fault: str  # "" or the injected fault's kind (see core.faults)
 
 
 class SafetyInfo(TypedDict, total=False):
@@ -88,7 +89,8 @@ class CostInfo(TypedDict):
     tool_calls: int
     per_tool: dict[str, float]
     total: float
-    errors: int
+    errors: int  # policy errors: parse, unknown tool, bad arguments, blocked by a gate
+    faults: int  # injected infrastructure faults met
     env_time_ms: float
     chars_in: int
     chars_out: int

@@ -19,6 +19,7 @@ class CostLedger:
         "chars_out",
         "env_time_ms",
         "errors",
+        "faults",
         "per_tool",
         "tokens_in",
         "tokens_out",
@@ -31,6 +32,7 @@ class CostLedger:
         self.per_tool: dict[str, float] = {}
         self.total = 0.0
         self.errors = 0
+        self.faults = 0
         self.env_time_ms = 0.0
         self.chars_in = 0
         self.chars_out = 0
@@ -50,43 +52,18 @@ class CostLedger:
 
     def snapshot(self) -> CostInfo:
         """A fresh ``info["cost"]`` dictionary."""
-        return {
-            "tool_calls": self.tool_calls,
-            "per_tool": dict(self.per_tool),
-            "total": self.total,
-            "errors": self.errors,
-            "env_time_ms": self.env_time_ms,
-            "chars_in": self.chars_in,
-            "chars_out": self.chars_out,
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-        }
+        info: CostInfo = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[assignment]
+        info["per_tool"] = dict(self.per_tool)
+        return info
 
     def get_state(self) -> tuple[Any, ...]:
         """Plain data for a snapshot."""
-        return (
-            self.tool_calls,
-            dict(self.per_tool),
-            self.total,
-            self.errors,
-            self.env_time_ms,
-            self.chars_in,
-            self.chars_out,
-            self.tokens_in,
-            self.tokens_out,
+        return tuple(
+            dict(self.per_tool) if name == "per_tool" else getattr(self, name)
+            for name in self.__slots__
         )
 
     def set_state(self, state: tuple[Any, ...]) -> None:
         """Restore from :meth:`get_state` output."""
-        (
-            self.tool_calls,
-            per_tool,
-            self.total,
-            self.errors,
-            self.env_time_ms,
-            self.chars_in,
-            self.chars_out,
-            self.tokens_in,
-            self.tokens_out,
-        ) = state
-        self.per_tool = dict(per_tool)
+        for name, value in zip(self.__slots__, state, strict=True):
+            setattr(self, name, dict(value) if name == "per_tool" else value)

@@ -19,13 +19,14 @@ import marshal
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from agentgym_envs.core.errors import SchemaError, did_you_mean
 
 Check = Callable[[Any, str], "str | None"]
+IDEMPOTENCY_KEY = "idempotency_key"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -240,6 +241,10 @@ class Tool:
         cost: ledger units charged per call.
         duration_ms: nominal duration used by the env's virtual clock.
         handler: the env method that runs the call.
+        canonical: the tool's own name when ``name`` is an alias (OOD tool renaming);
+            gates, handlers and records use it. Defaults to ``name``.
+        idempotent: a WRITE tool that accepts an optional ``idempotency_key``: a retry
+            with the same key is applied once and returns the first result.
     """
 
     name: str
@@ -249,6 +254,8 @@ class Tool:
     cost: float = 1.0
     duration_ms: float = 0.0
     handler: str = ""
+    canonical: str = ""
+    idempotent: bool = False
     _check: Check = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -263,6 +270,8 @@ class Tool:
         if not math.isfinite(self.cost) or self.cost < 0:
             raise SchemaError(f"tool {self.name!r}: cost must be finite and >= 0, got {self.cost}")
         object.__setattr__(self, "_check", compile_schema(self.parameters, self.name))
+        if not self.canonical:
+            object.__setattr__(self, "canonical", self.name)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -300,6 +309,7 @@ def tool(
     cost: float = 1.0,
     duration_ms: float = 0.0,
     name: str | None = None,
+    idempotent: bool = False,
 ) -> Callable[[F], F]:
     """Declare an env method as a tool.
 
@@ -312,8 +322,18 @@ def tool(
         cost: ledger units per call.
         duration_ms: nominal duration for the virtual clock.
         name: the tool name; defaults to the method name.
+        idempotent: add an optional ``idempotency_key`` argument (for WRITE tools); the
+            env applies a retried call with the same key once (the handler never sees it).
     """
     props = dict(parameters or {})
+    if idempotent:
+        props[IDEMPOTENCY_KEY] = {
+            "type": "string",
+            "maxLength": 200,
+            "default": "",
+            "description": "optional: reuse the same key when you retry this write; it is "
+            "applied only once and the retry returns the first result",
+        }
     req = (
         list(required)
         if required is not None
@@ -334,6 +354,7 @@ def tool(
             cost=cost,
             duration_ms=duration_ms,
             handler=fn.__name__,
+            idempotent=idempotent,
         )
         fn.__agentgym_tool__ = spec  # type: ignore[attr-defined]
         return fn
@@ -383,6 +404,7 @@ class ToolSet(Mapping[str, Tool]):
             if t.name in self._tools:
                 raise SchemaError(f"duplicate tool name {t.name!r}")
             self._tools[t.name] = t
+        self._by_canonical = {t.canonical: t for t in self._tools.values()}
         schemas = [t.openai_schema() for t in self._tools.values()]
         canonical = json.dumps(
             [
@@ -411,6 +433,35 @@ class ToolSet(Mapping[str, Tool]):
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]
+
+    def canonical(self, name: str) -> Tool:
+        """The tool whose canonical name is ``name`` (whatever it is called here)."""
+        return self._by_canonical[name]
+
+    def renamed(
+        self, names: Mapping[str, str], descriptions: Mapping[str, str] | None = None
+    ) -> ToolSet:
+        """This tool set with some tools renamed and re-described (tool OOD).
+
+        Args:
+            names: canonical name -> the name the agent sees.
+            descriptions: canonical name -> a paraphrased description.
+
+        Raises:
+            SchemaError: a name to rename is not in the set.
+        """
+        unknown = (set(names) | set(descriptions or {})) - set(self._by_canonical)
+        if unknown:
+            raise SchemaError(f"cannot rename unknown tools {sorted(unknown)}")
+        described = descriptions or {}
+        return ToolSet(
+            replace(
+                t,
+                name=names.get(t.canonical, t.name),
+                description=described.get(t.canonical, t.description),
+            )
+            for t in self._tools.values()
+        )
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tools)

@@ -68,6 +68,7 @@ class CounterEnv(AgentEnv):
         kind=ToolKind.WRITE,
         cost=2.0,
         duration_ms=5.0,
+        idempotent=True,
     )
     def add(self, n: int) -> ToolResult:
         self.value += n

@@ -46,7 +46,7 @@ def test_reset_info_and_versions() -> None:
     obs, info = env.reset(seed=7, options={"task_id": "count-3"})
     assert "Count to 3." in obs and "[counter=0/3]" in obs
     assert info.keys() >= INFO_KEYS and "system" in info
-    assert "add(n)" in info["system"] and "Example: add(n=1)" in info["system"]
+    assert "add(n, idempotency_key?)" in info["system"] and "Example: add(n=1)" in info["system"]
     assert info["seeds"] == {"env": 7, "task": 3, "verifier": 7}
     assert info["versions"]["env"] == "Counter-v0"
     assert info["versions"]["reward"] == RewardConfig().version_tag

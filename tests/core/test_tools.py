@@ -19,7 +19,7 @@ def test_openai_format_and_signature() -> None:
     assert schema["function"]["parameters"]["properties"]["n"]["type"] == "integer"
     assert schema["function"]["parameters"]["additionalProperties"] is False
     assert spec.kind is ToolKind.WRITE and spec.cost == 2.0
-    assert spec.signature() == "add(n)"
+    assert spec.signature() == "add(n, idempotency_key?)"
 
 
 def test_toolset_schemas_are_fresh_copies() -> None:

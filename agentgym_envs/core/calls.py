@@ -1,0 +1,204 @@
+"""Running one parsed tool call: gates, idempotent replays, injected faults, retries.
+
+The env's step loop hands each call to :class:`CallRunner`, which decides what happened
+to it and classifies failures: a gate verdict is the policy's doing, a backend crash
+or a fault that outlasts the retry budget is the environment's (``ENV_ERROR``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from agentgym_envs.core.errors import TransientToolError
+from agentgym_envs.core.faults import FaultConfig, FaultKind
+from agentgym_envs.core.gates import GateMode, SafetyGate
+from agentgym_envs.core.info import ErrorCode, Outcome, SafetyInfo, ToolStatus
+from agentgym_envs.core.tools import IDEMPOTENCY_KEY, Tool, ToolCall, ToolKind, ToolResult
+
+logger = logging.getLogger(__name__)
+_FAULT_STREAM = 0xFA17  # the fault RNG's own stream, beside the env's RNG
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """What happened to one call."""
+
+    status: ToolStatus
+    result: ToolResult | None
+    outcome: Outcome = Outcome.CONTINUE
+    cost: float = 0.0
+    latency_ms: float = 0.0
+    safety: SafetyInfo = field(default_factory=lambda: SafetyInfo())
+    fault: str = ""
+    failure: str = ""  # why the env failed (ENV_ERROR only)
+
+
+class CallRunner:
+    """Executes calls for one env.
+
+    Args:
+        timing: ``"virtual"`` charges each tool its nominal duration; ``"wall"`` measures.
+        retries: backend retries after a ``TransientToolError`` or an injected transient
+            fault, before the episode ends with ``ENV_ERROR``.
+        faults: what faults to inject, or None.
+    """
+
+    def __init__(
+        self, timing: Literal["virtual", "wall"], retries: int, faults: FaultConfig | None
+    ) -> None:
+        self.timing = timing
+        self.retries = retries
+        self.faults = faults if faults is not None and faults.rate > 0 else None
+        self._rng: np.random.Generator | None = None
+        self._replays: dict[str, tuple[str, dict[str, Any], ToolResult]] = {}
+
+    def start_episode(self, seed: int) -> None:
+        """Forget idempotency keys; reseed the fault RNG from the episode seed."""
+        self._replays = {}
+        if self.faults is not None:
+            self._rng = np.random.default_rng([seed, _FAULT_STREAM])
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "replays": dict(self._replays),
+            "rng": None if self._rng is None else self._rng.bit_generator.state,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._replays = dict(state["replays"])
+        if state["rng"] is not None:
+            if self._rng is None:
+                self._rng = np.random.default_rng()
+            self._rng.bit_generator.state = state["rng"]
+
+    def run(self, env: Any, spec: Tool, call: ToolCall, gates: list[SafetyGate]) -> CallRecord:
+        """Gate, then execute ``call`` on ``env`` (whose method ``spec.handler`` runs it)."""
+        for gate in gates:
+            verdict = gate.check(env, call)
+            if verdict is not None:
+                return _gated(call, verdict.gate, verdict.mode, verdict.reason)
+        args = dict(call.arguments)
+        key = str(args.pop(IDEMPOTENCY_KEY, "") or "") if spec.idempotent else ""
+        if key and key in self._replays:
+            return self._replay(spec, call.name, args, key)
+        fault, after = self._draw_fault(spec)
+        if fault is FaultKind.RATE_LIMIT or (fault is FaultKind.TIMEOUT and not after):
+            return self._faulted(spec, fault)
+        if fault is FaultKind.TRANSIENT and self._transient_outlasts_retries():
+            return CallRecord(ToolStatus.ENV_ERROR, None, Outcome.ENV_ERROR, fault=fault.value,
+                              failure=f"tool {call.name}: injected transient fault outlasted "
+                              f"{self.retries} retries")  # fmt: skip
+        record = self._execute(env, spec, call.name, args)
+        if record.result is not None and key:
+            self._replays[key] = (call.name, args, record.result)
+        if record.outcome is Outcome.ENV_ERROR or fault is None:
+            return record
+        record.fault = fault.value
+        if fault is FaultKind.TIMEOUT:  # it ran (a write committed), but the answer is lost
+            timed_out = self._faulted(spec, fault)
+            timed_out.fault = fault.value
+            return timed_out
+        if fault is FaultKind.EMPTY_RESULT:
+            record.result = ToolResult("(no results)", data=[])
+        return record
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _execute(self, env: Any, spec: Tool, name: str, args: dict[str, Any]) -> CallRecord:
+        handler = getattr(env, spec.handler)
+        result: Any = None
+        last: Exception | None = None
+        start = time.perf_counter()
+        for attempt in range(self.retries + 1):
+            start = time.perf_counter()
+            try:
+                result = handler(**args)
+                break
+            except TransientToolError as exc:
+                logger.warning("tool %s failed (attempt %d): %s", name, attempt, exc)
+                last = exc
+            except Exception as exc:
+                logger.exception("tool %s crashed", name)
+                last = exc
+                break
+        if not isinstance(result, ToolResult):
+            why = (
+                f"{type(last).__name__}: {last}"
+                if last is not None
+                else f"the handler returned {type(result).__name__}, not a ToolResult"
+            )
+            return CallRecord(ToolStatus.ENV_ERROR, None, Outcome.ENV_ERROR,
+                              failure=f"tool {name} failed: {why}")  # fmt: skip
+        elapsed = (time.perf_counter() - start) * 1000.0
+        status = ToolStatus.OK if result.error_code is None else ToolStatus.ERROR
+        latency = spec.duration_ms if self.timing == "virtual" else elapsed
+        return CallRecord(status, result, cost=spec.cost, latency_ms=latency)
+
+    def _replay(self, spec: Tool, name: str, args: dict[str, Any], key: str) -> CallRecord:
+        first_name, first_args, first = self._replays[key]
+        if (first_name, first_args) != (name, args):
+            result = ToolResult.failure(
+                "idempotency_conflict",
+                f"idempotency key {key!r} was already used for a different call "
+                f"({first_name} {json.dumps(first_args, sort_keys=True)}); use a new key",
+            )
+            return CallRecord(ToolStatus.ERROR, result, cost=spec.cost)
+        replayed = ToolResult(first.text, first.error_code, first.data)
+        status = ToolStatus.OK if first.error_code is None else ToolStatus.ERROR
+        return CallRecord(status, replayed, cost=spec.cost, latency_ms=spec.duration_ms)
+
+    def _draw_fault(self, spec: Tool) -> tuple[FaultKind | None, bool]:
+        if self.faults is None or self._rng is None:
+            return None, False
+        if self._rng.random() >= self.faults.rate:
+            return None, False
+        kinds = [
+            k for k in self.faults.kinds
+            if k is not FaultKind.EMPTY_RESULT or spec.kind is ToolKind.READ
+        ]  # fmt: skip
+        if not kinds:
+            return None, False
+        kind = kinds[int(self._rng.integers(len(kinds)))]
+        return kind, bool(self._rng.random() < 0.5)
+
+    def _transient_outlasts_retries(self) -> bool:
+        assert self.faults is not None and self._rng is not None
+        return all(self._rng.random() < self.faults.rate for _ in range(self.retries))
+
+    def _faulted(self, spec: Tool, fault: FaultKind) -> CallRecord:
+        assert self.faults is not None
+        if fault is FaultKind.RATE_LIMIT:
+            result = ToolResult.failure(
+                "rate_limited", "The service is rate limited right now; try again."
+            )
+            latency = spec.duration_ms
+        else:
+            result = ToolResult.failure(
+                "timeout",
+                f"The call timed out after {self.faults.timeout_ms / 1000:g} s; it may or may "
+                "not have taken effect.",
+            )
+            latency = self.faults.timeout_ms
+        return CallRecord(ToolStatus.ERROR, result, cost=spec.cost, latency_ms=latency,
+                          fault=fault.value)  # fmt: skip
+
+
+def _gated(call: ToolCall, gate: str, mode: GateMode, reason: str) -> CallRecord:
+    stop = mode is GateMode.STOP
+    safety: SafetyInfo = {
+        "gate": gate,
+        "action": f"{call.name}({json.dumps(dict(call.arguments), sort_keys=True, default=repr)})",
+        "verdict": "stopped" if stop else "blocked",
+        "reason": reason,
+    }
+    if stop:
+        text = f"Stopped by safety gate {gate}: {reason}"
+        return CallRecord(ToolStatus.STOPPED, ToolResult(text), Outcome.SAFETY_STOP, safety=safety)
+    refusal = ToolResult.failure(ErrorCode.BLOCKED, f"Blocked by safety gate {gate}: {reason}")
+    return CallRecord(ToolStatus.BLOCKED, refusal, safety=safety)
