@@ -322,7 +322,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         if self._system is None:  # the rules depend on constructor options only
             self._system = sanitize(self._system_prompt(), self.max_observation_chars)
         info["system"] = self._system
-        return obs, dict(info)
+        return obs, info  # type: ignore[return-value]
 
     def _system_prompt(self) -> str:
         rules = self.system_rules()
@@ -381,7 +381,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         info = self._info(outcome, turn.calls, turn.error, new, components, turn.safety, visits)
         terminated = outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.SAFETY_STOP)
         truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
-        return obs, sum(components.values()), terminated, truncated, dict(info)
+        return obs, sum(components.values()), terminated, truncated, info  # type: ignore[return-value]
 
     def _execute(self, parsed: ParsedAction) -> _Turn:
         """Steps 2-3 of the loop: gate and run each parsed call (or deliver a message)."""

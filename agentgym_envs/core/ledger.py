@@ -52,9 +52,18 @@ class CostLedger:
 
     def snapshot(self) -> CostInfo:
         """A fresh ``info["cost"]`` dictionary."""
-        info: CostInfo = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[assignment]
-        info["per_tool"] = dict(self.per_tool)
-        return info
+        return {
+            "tool_calls": self.tool_calls,
+            "per_tool": dict(self.per_tool),
+            "total": self.total,
+            "errors": self.errors,
+            "faults": self.faults,
+            "env_time_ms": self.env_time_ms,
+            "chars_in": self.chars_in,
+            "chars_out": self.chars_out,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+        }
 
     def get_state(self) -> tuple[Any, ...]:
         """Plain data for a snapshot."""
