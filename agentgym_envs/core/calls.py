@@ -37,6 +37,8 @@ class CallRecord:
     safety: SafetyInfo = field(default_factory=lambda: SafetyInfo())
     fault: str = ""
     failure: str = ""  # why the env failed (ENV_ERROR only)
+    executed: bool = False  # the handler ran (not refused, not replayed)
+    committed: ToolResult | None = None  # what the handler returned when a fault hid it
 
 
 class CallRunner:
@@ -102,7 +104,8 @@ class CallRunner:
         record.fault = fault.value
         if fault is FaultKind.TIMEOUT:  # it ran (a write committed), but the answer is lost
             timed_out = self._faulted(spec, fault)
-            timed_out.fault = fault.value
+            timed_out.executed = True
+            timed_out.committed = record.result
             return timed_out
         if fault is FaultKind.EMPTY_RESULT:
             record.result = ToolResult("(no results)", data=[])
@@ -138,7 +141,7 @@ class CallRunner:
         elapsed = (time.perf_counter() - start) * 1000.0
         status = ToolStatus.OK if result.error_code is None else ToolStatus.ERROR
         latency = spec.duration_ms if self.timing == "virtual" else elapsed
-        return CallRecord(status, result, cost=spec.cost, latency_ms=latency)
+        return CallRecord(status, result, cost=spec.cost, latency_ms=latency, executed=True)
 
     def _replay(self, spec: Tool, name: str, args: dict[str, Any], key: str) -> CallRecord:
         first_name, first_args, first = self._replays[key]

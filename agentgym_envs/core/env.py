@@ -42,7 +42,7 @@ from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, st
 from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.state import EnvState, fingerprint
 from agentgym_envs.core.tasks import SPLITS, Task, TaskSet, load_task_set
-from agentgym_envs.core.tools import ToolResult, ToolSet
+from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
 from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
 
 logger = logging.getLogger(__name__)
@@ -171,6 +171,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._last_obs = ""
         self._system: str | None = None
         self._closed = False
+        self.last_info: StepInfo | None = None  # what the last step returned (oracles)
         self._versions = {
             "env": f"{self.name}-v{self.version}{self.variant()}"
             + (self.calls.faults.tag if self.calls.faults else ""),
@@ -255,6 +256,11 @@ class AgentEnv(gym.Env[str, str], ABC):
         """The view shown under the instruction at reset; ``render_view()`` by default."""
         return self.render_view()
 
+    def _generate(self, seed: int, difficulty: str, split: str) -> Task | None:
+        """Generate a task for ``reset(options={"task_seed": ...})`` (instance options
+        such as a world size may shape it); ``generate_task`` by default."""
+        return self.generate_task(seed, difficulty, split)
+
     def _world_key(self) -> Any:
         """Hashable plain data identifying the world state (visits and ``state_hash``)."""
         return self._get_world()
@@ -284,6 +290,12 @@ class AgentEnv(gym.Env[str, str], ABC):
         """Handle a plain-text message to the user (only where ``accepts_messages``)."""
         return ToolResult.failure(ErrorCode.PARSE_ERROR, "this env has no user to talk to")
 
+    def after_call(self, call: ToolCall, result: ToolResult | None) -> None:
+        """Called after a tool's handler ran (even if a fault then hid its answer)."""
+
+    def on_observation(self, text: str) -> None:
+        """Called with every observation the agent is shown (to track what it has seen)."""
+
     def _close(self) -> None:
         """Release processes, files and ports (called once by :meth:`close`)."""
 
@@ -307,6 +319,7 @@ class AgentEnv(gym.Env[str, str], ABC):
                 super().reset(seed=None)
             seed = int(self.np_random.integers(0, 2**31 - 1))
         super().reset(seed=seed)
+        self.last_info = None
         task = self._select_task(opts)
         self._start(task)
         self.calls.start_episode(seed)
@@ -316,6 +329,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._visits = {self._world_key(): 1}
         obs = sanitize(f"{task.instruction}\n\n{self.reset_view()}", self.max_observation_chars)
         self._last_obs = obs
+        self.on_observation(obs)
         self.ledger.chars_out += len(obs)
         components = dict.fromkeys(COMPONENTS, 0.0)
         info = self._info(Outcome.CONTINUE, [], {}, [], components, {}, 1)
@@ -378,7 +392,9 @@ class AgentEnv(gym.Env[str, str], ABC):
         )
         self.ledger.chars_out += len(obs)
         self._last_obs = obs
+        self.on_observation(obs)
         info = self._info(outcome, turn.calls, turn.error, new, components, turn.safety, visits)
+        self.last_info = info
         terminated = outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.SAFETY_STOP)
         truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
         return obs, sum(components.values()), terminated, truncated, info  # type: ignore[return-value]
@@ -403,6 +419,8 @@ class AgentEnv(gym.Env[str, str], ABC):
                 spec = self.toolset.canonical(call.name)
                 record = self.calls.run(self, spec, call, self.gates)
                 self._account(call.name, record)
+                if record.executed:
+                    self.after_call(call, record.committed or record.result)
                 turn.outcome = record.outcome
                 turn.cost += record.cost
                 turn.safety = record.safety or turn.safety
@@ -667,7 +685,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         difficulty = opts.get("difficulty", self.difficulty)
         if "task_seed" in opts:
             level = difficulty or self.task_set.difficulties[0]
-            task = self.generate_task(int(opts["task_seed"]), level, split)
+            task = self._generate(int(opts["task_seed"]), level, split)
             if task is None:
                 raise ConfigError(
                     f"task_seed {opts['task_seed']} was rejected by the {self.name} generator "

@@ -1,0 +1,56 @@
+"""Policy documents generated from a registry of rules, and the gates that enforce them.
+
+Each rule has an id. The policy document the agent reads at reset is rendered from the
+same registry the gates cite, so the text and the enforcement cannot drift apart: a
+gate's verdict names the rule id it enforces.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym_envs.core.gates import GateMode, SafetyGate
+from agentgym_envs.core.tools import ToolCall
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of a domain policy."""
+
+    id: str
+    title: str
+    text: str
+
+
+def policy_document(title: str, intro: str, rules: Sequence[Rule]) -> str:
+    """The markdown policy the agent gets at reset."""
+    lines = [f"# {title}", "", intro, "", "## Rules", ""]
+    lines += [f"- **{r.id}** ({r.title}): {r.text}" for r in rules]
+    return "\n".join(lines)
+
+
+class RuleGate(SafetyGate):
+    """A safety gate that enforces one policy rule.
+
+    Subclasses set ``rule`` and implement :meth:`broken`, returning why the call breaks
+    the rule. The gate's name is the rule id; the reason cites the rule.
+    """
+
+    rule: Rule
+    default_mode = GateMode.STOP
+
+    def __init__(self, mode: GateMode | str | None = None) -> None:
+        self.name = self.rule.id
+        self.description = self.rule.text
+        super().__init__(mode)
+
+    def violation(self, env: Any, call: ToolCall) -> str | None:
+        why = self.broken(env, call)
+        return None if why is None else f"{why} (policy {self.rule.id}: {self.rule.title})"
+
+    @abstractmethod
+    def broken(self, env: Any, call: ToolCall) -> str | None:
+        """Why ``call`` breaks the rule in ``env``'s current state, or None."""

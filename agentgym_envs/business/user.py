@@ -1,0 +1,376 @@
+"""A deterministic, agenda-based simulated user (no LLM).
+
+The user has a goal: fields it knows, fields it has forgotten, and an ordered list of
+requests. It reads each agent message for what it asks (slots, recognised by keyword
+and synonym), for a proposal to confirm, for news that the first choice is unavailable,
+and for the news that a request is done; it answers only that.
+
+- Slot-level disclosure: a known field is told only when asked; a forgotten one gets
+  "I don't remember" and its value is never said.
+- It says yes only to a proposal that names the expected write (a verb of it) and every
+  value the write needs (ids, items, ...); any other proposal is corrected.
+- It ends the conversation once its last request is met, or correctly refused.
+
+Wording comes from paraphrase templates drawn with an RNG seeded from (task, trial,
+turn), so repeated trials of one task vary in wording but never in meaning: pass^k
+measures the agent, not the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+QUESTION_CUES = (
+    "?",
+    "please provide",
+    "please tell",
+    "please share",
+    "could you",
+    "can you",
+    "what is",
+    "what's",
+    "which",
+    "may i have",
+    "let me know",
+)
+CONFIRM_CUES = (
+    "confirm",
+    "proceed",
+    "shall i",
+    "should i",
+    "go ahead",
+    "do you want",
+    "would you like",
+    "is that correct",
+    "is this correct",
+    "ok to",
+    "okay to",
+    "yes or no",
+    "(yes/no)",
+)
+UNAVAILABLE_CUES = (
+    "out of stock",
+    "unavailable",
+    "not available",
+    "no longer available",
+    "not possible",
+    "is taken",
+    "is booked",
+    "is full",
+)
+REFUSAL_CUES = (
+    "cannot",
+    "can't",
+    "can not",
+    "unable",
+    "not able",
+    "not allowed",
+    "not permitted",
+    "against our policy",
+    "against the policy",
+    "i'm sorry",
+    "i am sorry",
+)
+DONE_CUES = (
+    "done",
+    "complete",
+    "completed",
+    "has been",
+    "have been",
+    "successfully",
+    "processed",
+    "is now",
+    "are now",
+    "all set",
+)
+
+_YES = (
+    "Yes, please go ahead.",
+    "Yes, that's right. Please do it.",
+    "Yes, I confirm.",
+    "Correct, go ahead.",
+)
+_TELL = ("My {slot} is {value}.", "It's {value}.", "Sure, my {slot} is {value}.", "{value}")
+_FORGOT = (
+    "I'm sorry, I don't remember my {slot}.",
+    "I don't remember my {slot}, unfortunately.",
+    "I can't recall my {slot}.",
+)
+_WRONG = ("No, that's not what I want.", "No, that's not right.", "Hmm, no, that's wrong.")
+_NO_CHANGE = ("Please don't change anything for that.", "No, I don't want any changes there.")
+_THANKS = (
+    "Thank you, that's all I needed.",
+    "Great, thanks for your help. Bye!",
+    "Perfect, that's everything. Goodbye.",
+)
+_NEXT = ("Thanks. One more thing:", "Great. Also,", "Thank you. There's something else:")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One thing the user wants, as plain data in the task spec.
+
+    Attributes:
+        kind: ``write`` (a change the agent must make), ``question`` (facts the agent
+            must tell), ``refuse`` (something policy forbids: the agent must decline) or
+            ``transfer`` (only a human can help).
+        intent: a short label (``cancel_order``), for stats.
+        say: paraphrases of how the user states the request (one is drawn).
+        slots: fields of this request the user can tell when asked.
+        verbs: words that name the write in a proposal (``cancel``).
+        write: the expected write ``{"tool": ..., "args": {...}}`` (kind ``write``).
+        mentions: strings a proposal must contain to be confirmed.
+        answer: strings the agent's message must contain (kind ``question``).
+        fallback: for kind ``write``: ``{"say": [...], "write": ..., "mentions": [...]}``,
+            what the user accepts once told its first choice is unavailable.
+    """
+
+    kind: str
+    intent: str
+    say: tuple[str, ...]
+    slots: Mapping[str, str] = field(default_factory=dict)
+    verbs: tuple[str, ...] = ()
+    write: Mapping[str, Any] | None = None
+    mentions: tuple[str, ...] = ()
+    answer: tuple[str, ...] = ()
+    fallback: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Request:
+        return cls(
+            kind=data["kind"],
+            intent=data["intent"],
+            say=tuple(data["say"]),
+            slots=dict(data.get("slots", {})),
+            verbs=tuple(data.get("verbs", ())),
+            write=data.get("write"),
+            mentions=tuple(data.get("mentions", ())),
+            answer=tuple(data.get("answer", ())),
+            fallback=data.get("fallback"),
+        )
+
+
+@dataclass(frozen=True)
+class UserGoal:
+    """The user's side of a task.
+
+    Attributes:
+        name: how the user is called.
+        known: fields the user can tell when asked (name, email, zip, ...).
+        unknown: fields the user has forgotten, with their true values (kept only so
+            tests can prove they are never said).
+        requests: in order.
+        persona: ``polite``, ``terse`` or ``chatty`` (wording only).
+    """
+
+    name: str
+    known: Mapping[str, str]
+    unknown: Mapping[str, str]
+    requests: tuple[Request, ...]
+    persona: str = "polite"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UserGoal:
+        return cls(
+            name=data["name"],
+            known=dict(data["known"]),
+            unknown=dict(data.get("unknown", {})),
+            requests=tuple(Request.from_json(r) for r in data["requests"]),
+            persona=data.get("persona", "polite"),
+        )
+
+
+@dataclass
+class UserState:
+    """The user's progress through its goal (plain data; part of every snapshot)."""
+
+    turn: int = 0
+    index: int = 0
+    fallback: bool = False
+    confirmed: bool = False
+    done: bool = False
+
+    def as_tuple(self) -> tuple[int, int, bool, bool, bool]:
+        return (self.turn, self.index, self.fallback, self.confirmed, self.done)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the user says back, and what it agreed to."""
+
+    text: str
+    confirmed_write: Mapping[str, Any] | None = None
+    ended: bool = False
+
+
+class SimulatedUser:
+    """The simulated user of one episode.
+
+    Args:
+        goal: the user's goal from the task.
+        synonyms: slot -> words that ask for it (``{"zip": ["zip", "postal code"]}``).
+        write_verbs: every write verb of the domain (to notice unwanted proposals).
+        seed: (task seed, trial): the wording RNG is seeded from these and the turn.
+    """
+
+    def __init__(
+        self,
+        goal: UserGoal,
+        synonyms: Mapping[str, Sequence[str]],
+        write_verbs: Sequence[str],
+        seed: tuple[int, int],
+    ) -> None:
+        self.goal = goal
+        self.synonyms = {k: tuple(v) for k, v in synonyms.items()}
+        self.write_verbs = tuple(write_verbs)
+        self.seed = seed
+        self.state = UserState()
+
+    @property
+    def request(self) -> Request | None:
+        """The request the user is on, or None once the conversation is over."""
+        if self.state.done or self.state.index >= len(self.goal.requests):
+            return None
+        return self.goal.requests[self.state.index]
+
+    def expected_write(self) -> tuple[Mapping[str, Any] | None, tuple[str, ...]]:
+        """The write the user wants now and the strings a proposal must name."""
+        req = self.request
+        if req is None or req.kind != "write":
+            return None, ()
+        if self.state.fallback and req.fallback is not None:
+            return req.fallback["write"], tuple(req.fallback.get("mentions", ()))
+        return req.write, req.mentions
+
+    def opening(self) -> str:
+        """The user's first message."""
+        rng = self._rng()
+        first = self.goal.requests[0]
+        return _pick(rng, first.say)
+
+    def reply(self, message: str, satisfied: Callable[[Request], bool]) -> Reply:
+        """Answer an agent message.
+
+        Args:
+            message: what the agent said.
+            satisfied: whether the env's state already meets a ``write`` or
+                ``transfer`` request (the user cannot see the database itself).
+        """
+        self.state.turn += 1
+        rng = self._rng()
+        text = message.lower()
+        req = self.request
+        if req is None:
+            return Reply("(The user has already left the conversation.)", ended=True)
+        parts = self._answer_slots(text, req, rng)
+        confirmed: Mapping[str, Any] | None = None
+        proposing = _has(text, CONFIRM_CUES)
+        if req.kind == "write" and not self.state.confirmed and proposing:
+            confirmed = self._judge_proposal(text, req, rng, parts)
+        elif req.kind != "write" and proposing and _has(text, self.write_verbs):
+            parts.append(f"{_pick(rng, _NO_CHANGE)} {_pick(rng, req.say)}")
+        if (
+            req.kind == "write"
+            and req.fallback is not None
+            and not self.state.fallback
+            and _has(text, UNAVAILABLE_CUES)
+        ):
+            self.state.fallback = True
+            self.state.confirmed = False
+            parts.append(_pick(rng, tuple(req.fallback["say"])))
+        elif confirmed is None and self._met(req, text, satisfied):
+            parts.append(self._advance(rng))
+        if not parts:
+            parts.append(_pick(rng, req.say))
+        return Reply(" ".join(parts), confirmed_write=confirmed, ended=self.state.done)
+
+    def end(self) -> None:
+        """The conversation ends without the user (a transfer to a human)."""
+        self.state.done = True
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng([*self.seed, self.state.turn])
+
+    def _answer_slots(self, text: str, req: Request, rng: np.random.Generator) -> list[str]:
+        if not _has(text, QUESTION_CUES):
+            return []
+        known = {**self.goal.known, **req.slots}
+        parts = []
+        for slot, words in self.synonyms.items():
+            if not any(_word_in(w, text) for w in words):
+                continue
+            if slot in known:
+                label = slot.replace("_", " ")
+                parts.append(_pick(rng, _TELL).format(slot=label, value=known[slot]))
+            elif slot in self.goal.unknown:
+                parts.append(_pick(rng, _FORGOT).format(slot=slot.replace("_", " ")))
+        return parts
+
+    def _judge_proposal(
+        self, text: str, req: Request, rng: np.random.Generator, parts: list[str]
+    ) -> Mapping[str, Any] | None:
+        write, mentions = self.expected_write()
+        names_write = _has(text, req.verbs) if req.verbs else True
+        if write is not None and names_write and all(m.lower() in text for m in mentions):
+            self.state.confirmed = True
+            parts.append(_pick(rng, _YES))
+            return write
+        if _has(text, self.write_verbs) or names_write:
+            parts.append(f"{_pick(rng, _WRONG)} {_pick(rng, req.say)}")
+        return None
+
+    def _met(self, req: Request, text: str, satisfied: Callable[[Request], bool]) -> bool:
+        if req.kind == "question":
+            return all(a.lower() in text for a in req.answer)
+        if req.kind == "refuse":
+            return _has(text, REFUSAL_CUES)
+        return satisfied(req) and (req.kind == "transfer" or _has(text, DONE_CUES))
+
+    def _advance(self, rng: np.random.Generator) -> str:
+        self.state.index += 1
+        self.state.fallback = False
+        self.state.confirmed = False
+        if self.state.index >= len(self.goal.requests):
+            self.state.done = True
+            return _pick(rng, _THANKS)
+        nxt = self.goal.requests[self.state.index]
+        return f"{_pick(rng, _NEXT)} {_pick(rng, nxt.say)}"
+
+    def get_state(self) -> tuple[int, int, bool, bool, bool]:
+        return self.state.as_tuple()
+
+    def set_state(self, state: Sequence[Any]) -> None:
+        self.state = UserState(*state)
+
+
+def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
+    return options[int(rng.integers(len(options)))]
+
+
+def _has(text: str, cues: Sequence[str]) -> bool:
+    return any(cue in text for cue in cues)
+
+
+_WORD_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _word_in(word: str, text: str) -> bool:
+    """``word`` occurs in ``text`` as whole words (``zip`` is not found in ``zipper``)."""
+    pattern = _WORD_CACHE.get(word)
+    if pattern is None:
+        pattern = _WORD_CACHE[word] = re.compile(rf"\b{re.escape(word.lower())}\b")
+    return pattern.search(text) is not None
+
+
+def write_key(write: Mapping[str, Any]) -> str:
+    """A normal form of a write (tool and arguments; list arguments sorted)."""
+    args = {k: sorted(v, key=str) if isinstance(v, list) else v for k, v in write["args"].items()}
+    return f"{write['tool']} {json.dumps(args, sort_keys=True, default=str)}"
