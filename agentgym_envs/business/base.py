@@ -135,11 +135,13 @@ class BusinessEnv(AgentEnv):
         if not isinstance(world_size, int) or world_size < 10:
             raise ConfigError(f"world_size must be at least 10 users, got {world_size!r}")
         self.world_size = world_size
-        gate_types = (AuthenticateFirstGate, OwnDataOnlyGate, ConfirmedWriteGate, KnownIdsGate)
+        # most specific first: an invented id is reported as such, not as unconfirmed
+        gate_types = (AuthenticateFirstGate, KnownIdsGate, OwnDataOnlyGate, ConfirmedWriteGate)
         self.gates.extend(g(rule_mode) for g in (*gate_types, *self.domain_gates))
         self.db = EpisodeDB()
         self.auth_user: str | None = None
-        self.seen_ids: set[str] = set()
+        self.seen_ids: set[str] = set()  # ids in anything the agent was shown
+        self.fetched_ids: set[str] = set()  # ids that READ tools returned
         self.confirmed_writes: set[str] = set()
         self._writes: tuple[str, ...] = ()  # keys of confirmed writes applied, in order
         self._chain = ""  # digest of every applied write, in order (the world's key)
@@ -161,6 +163,7 @@ class BusinessEnv(AgentEnv):
         "without a tool call is also sent to the user.",
         parameters={"message": {"type": "string", "minLength": 1, "maxLength": 3000}},
         cost=0.2,
+        faultable=False,
     )
     def respond(self, message: str) -> ToolResult:
         return self.on_message(message)
@@ -170,6 +173,7 @@ class BusinessEnv(AgentEnv):
         "request cannot be handled within the policy and tools. This ends the conversation.",
         parameters={"summary": {"type": "string", "minLength": 1, "maxLength": 2000}},
         cost=1.0,
+        faultable=False,
     )
     def transfer_to_human_agents(self, summary: str) -> ToolResult:
         assert self.user is not None
@@ -198,10 +202,13 @@ class BusinessEnv(AgentEnv):
         self.auth_user = user_id
 
     def after_call(self, call: ToolCall, result: ToolResult | None) -> None:
-        """Record every successful WRITE: the database changes only through these."""
+        """Track ids that tools returned, and record every successful WRITE (the database
+        changes only through these)."""
         if result is None or not result.ok:
             return
         if self.toolset.canonical(call.name).kind is not ToolKind.WRITE:
+            if call.name != "respond":
+                self.fetched_ids.update(self.id_pattern.findall(result.text))
             return
         args = {k: v for k, v in call.arguments.items() if k != IDEMPOTENCY_KEY}
         key = write_key({"tool": call.name, "args": args})
@@ -222,6 +229,7 @@ class BusinessEnv(AgentEnv):
         self.db.load(world_bytes(*args), pristine(*args))
         self.auth_user = None
         self.seen_ids = set()
+        self.fetched_ids = set()
         self.confirmed_writes = set()
         self._writes = ()
         self._chain = ""
@@ -252,6 +260,7 @@ class BusinessEnv(AgentEnv):
             self.db.dump(),
             self.auth_user,
             tuple(sorted(self.seen_ids)),
+            tuple(sorted(self.fetched_ids)),
             tuple(sorted(self.confirmed_writes)),
             self._writes,
             self._chain,
@@ -262,11 +271,12 @@ class BusinessEnv(AgentEnv):
         )
 
     def _set_world(self, world: tuple[Any, ...]) -> None:
-        data, self.auth_user, seen, confirmed, self._writes, self._chain = world[:6]
-        self._transferred, self._verdict, self._trial, user_state = world[6:]
+        data, self.auth_user, seen, fetched, confirmed, self._writes, self._chain = world[:7]
+        self._transferred, self._verdict, self._trial, user_state = world[7:]
         assert self._task is not None
         self.db.load(data, self.db._base)  # type: ignore[arg-type]
-        self.seen_ids, self.confirmed_writes = set(seen), set(confirmed)
+        self.seen_ids, self.fetched_ids = set(seen), set(fetched)
+        self.confirmed_writes = set(confirmed)
         self.user = SimulatedUser(
             _goal(self._task), self.slot_synonyms, self.write_verbs, (self._task.seed, self._trial)
         )
@@ -330,7 +340,7 @@ class BusinessEnv(AgentEnv):
                 Milestone(
                     "record_found",
                     "the task's records were looked up",
-                    lambda: all(t in self.seen_ids for t in targets),
+                    lambda: all(t in self.fetched_ids for t in targets),
                 )
             )
         if writes:
@@ -444,6 +454,7 @@ def gold_changes(env: BusinessEnv, task: Task, actions: Sequence[str]) -> dict[s
     record a task stores: the digest of the changed rows and their ids per table."""
     env.reset(seed=0, options={"task_id": task.id})
     for action in actions:
-        env.step(action)
+        if any(env.step(action)[2:4]):  # a broken gold plan ends early; validation rejects it
+            break
     changes = env.db.changes(ignore=env.ignored_tables)
     return {"digest": changes_digest(changes), "rows": {t: sorted(r) for t, r in changes.items()}}

@@ -81,14 +81,14 @@ class CallRunner:
 
     def run(self, env: Any, spec: Tool, call: ToolCall, gates: list[SafetyGate]) -> CallRecord:
         """Gate, then execute ``call`` on ``env`` (whose method ``spec.handler`` runs it)."""
+        args = dict(call.arguments)
+        key = str(args.pop(IDEMPOTENCY_KEY, "") or "") if spec.idempotent else ""
+        if key and key in self._replays:  # the call was allowed and applied already
+            return self._replay(spec, call.name, args, key)
         for gate in gates:
             verdict = gate.check(env, call)
             if verdict is not None:
                 return _gated(call, verdict.gate, verdict.mode, verdict.reason)
-        args = dict(call.arguments)
-        key = str(args.pop(IDEMPOTENCY_KEY, "") or "") if spec.idempotent else ""
-        if key and key in self._replays:
-            return self._replay(spec, call.name, args, key)
         fault, after = self._draw_fault(spec)
         if fault is FaultKind.RATE_LIMIT or (fault is FaultKind.TIMEOUT and not after):
             return self._faulted(spec, fault)
@@ -157,7 +157,7 @@ class CallRunner:
         return CallRecord(status, replayed, cost=spec.cost, latency_ms=spec.duration_ms)
 
     def _draw_fault(self, spec: Tool) -> tuple[FaultKind | None, bool]:
-        if self.faults is None or self._rng is None:
+        if self.faults is None or self._rng is None or not spec.faultable:
             return None, False
         if self._rng.random() >= self.faults.rate:
             return None, False

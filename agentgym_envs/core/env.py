@@ -80,7 +80,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             ``FaultConfig`` or a dict such as ``{"rate": 0.1}`` (see ``core.faults``).
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
 
     # -- what a family declares --------------------------------------------------------
     name: ClassVar[str] = ""

@@ -245,6 +245,8 @@ class Tool:
             gates, handlers and records use it. Defaults to ``name``.
         idempotent: a WRITE tool that accepts an optional ``idempotency_key``: a retry
             with the same key is applied once and returns the first result.
+        faultable: whether injected infrastructure faults can hit it (not for talking
+            to the user, which is no backend).
     """
 
     name: str
@@ -256,6 +258,7 @@ class Tool:
     handler: str = ""
     canonical: str = ""
     idempotent: bool = False
+    faultable: bool = True
     _check: Check = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -310,6 +313,7 @@ def tool(
     duration_ms: float = 0.0,
     name: str | None = None,
     idempotent: bool = False,
+    faultable: bool = True,
 ) -> Callable[[F], F]:
     """Declare an env method as a tool.
 
@@ -324,6 +328,7 @@ def tool(
         name: the tool name; defaults to the method name.
         idempotent: add an optional ``idempotency_key`` argument (for WRITE tools); the
             env applies a retried call with the same key once (the handler never sees it).
+        faultable: whether injected infrastructure faults can hit the tool.
     """
     props = dict(parameters or {})
     if idempotent:
@@ -355,6 +360,7 @@ def tool(
             duration_ms=duration_ms,
             handler=fn.__name__,
             idempotent=idempotent,
+            faultable=faultable,
         )
         fn.__agentgym_tool__ = spec  # type: ignore[attr-defined]
         return fn
