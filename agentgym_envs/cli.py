@@ -261,23 +261,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
     results = []
     for entry in _entries(args.env):
         with console.status(f"benchmarking {entry.id}"):
-            results.append(bench_env(entry, seconds=args.seconds))
+            results.append(bench_env(entry, seconds=args.seconds, concurrent=args.concurrent))
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
         return 0
     table = Table(title="env benchmark (one core, gym.make with default wrappers)")
-    for col in ("env", "steps/s", "reset ms (median)", "get+set state us", "env KiB", "RSS MiB"):
+    columns = (
+        "env",
+        "steps/s",
+        "reset ms",
+        "READ step ms",
+        "WRITE step ms",
+        "get+set state us",
+        "MiB/episode",
+        "fds/episode",
+    )
+    for col in columns:
         table.add_column(col, justify="right")
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in results:
         table.add_row(
             r.env_id,
             f"{r.steps_per_s:,.0f}",
             f"{r.reset_ms_median:.3f}",
+            fmt(r.read_step_ms_median, ".3f"),
+            fmt(r.write_step_ms_median, ".3f"),
             f"{r.snapshot_us_median:.1f}",
-            f"{r.env_kib:.0f}",
-            f"{r.rss_mib:.0f}",
+            f"{r.episode_mib:.3f}",
+            f"{r.open_fds_per_episode:.2f}",
         )
     console.print(table)
+    console.print(f"medians; memory and file descriptors with {args.concurrent} live episodes")
     return 0
 
 
@@ -346,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="steps/s, reset ms, snapshot us and memory per env")
     p.add_argument("env", nargs="*", help="env ids or names (default: all)")
     p.add_argument("--seconds", type=float, default=2.0, help="stepping time per env")
+    p.add_argument("--concurrent", type=int, default=500, help="live episodes for memory")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
