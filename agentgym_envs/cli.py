@@ -299,12 +299,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from agentgym_envs.core.tasks import DEFAULT_COUNTS, build_task_set, write_task_set
+    from agentgym_envs.core.tasks import SPLITS, build_task_set, write_task_set
 
     root = Path(args.out)
-    counts = dict(DEFAULT_COUNTS)
-    if args.count:
-        counts = {k: args.count for k in counts}
+    # each env class says how many tasks it ships (env.task_counts); --count overrides
+    counts = dict.fromkeys(SPLITS, args.count) if args.count else None
     built = {e.entry_point: e for e in _entries(args.env)}  # variants share one task set
     for entry in built.values():
         cls = _env_class(entry)
@@ -369,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = tsub.add_parser("build", help="regenerate and validate task files")
     b.add_argument("env", nargs="*", help="env ids or names (default: all)")
     b.add_argument("--out", default="tasks", help="task directory (default: ./tasks)")
-    b.add_argument("--count", type=int, help="tasks per split and difficulty (default 200/50/50)")
+    b.add_argument(
+        "--count", type=int, help="tasks per split and difficulty (default: the env's task_counts)"
+    )
     b.set_defaults(func=cmd_tasks)
     return parser
 

@@ -62,6 +62,20 @@ ENVS: tuple[EnvEntry, ...] = (
         "games",
         description="a partially observable text adventure with keys, doors and traps",
     ),
+    EnvEntry(
+        "Retail",
+        "0",
+        "agentgym_envs.business.retail:RetailEnv",
+        "business",
+        description="retail customer service on SQLite with a simulated user and a policy",
+    ),
+    EnvEntry(
+        "Calendar",
+        "0",
+        "agentgym_envs.business.calendar_env:CalendarEnv",
+        "business",
+        description="calendar assistant across time zones: meetings, rooms, RSVPs under a policy",
+    ),
 )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from agentgym_envs.business.db import Builder, EpisodeDB, changes_digest, pristine, world_bytes
+from agentgym_envs.business.db import EpisodeDB, changes_digest, pristine, world_bytes
 from agentgym_envs.business.policy import Rule, RuleGate, policy_document
 from agentgym_envs.business.user import Request, SimulatedUser, UserGoal, write_key
 from agentgym_envs.core.env import AgentEnv
@@ -106,9 +106,10 @@ class BusinessEnv(AgentEnv):
     noop_action = 'respond(message="OK.")'
     max_observation_chars = 12000
     max_action_chars = 4000
+    task_counts = {"train": 500, "test": 100, "ood": 100}  # 2,100 tasks per domain
 
     # -- what a domain declares ---------------------------------------------------------
-    world_builder: ClassVar[Builder]
+    world_builder: ClassVar[Any]  # a db.Builder, usually given as staticmethod(build_world)
     tables: ClassVar[tuple[str, ...]]  # tracked tables (each with an ``id`` primary key)
     ignored_tables: ClassVar[tuple[str, ...]] = ()  # tracked but not graded (audit log)
     world_sizes: ClassVar[Mapping[str, int]] = {"small": 60, "default": 300, "large": 1500}
@@ -136,7 +137,12 @@ class BusinessEnv(AgentEnv):
             raise ConfigError(f"world_size must be at least 10 users, got {world_size!r}")
         self.world_size = world_size
         # most specific first: an invented id is reported as such, not as unconfirmed
-        gate_types = (AuthenticateFirstGate, KnownIdsGate, OwnDataOnlyGate, ConfirmedWriteGate)
+        gate_types: tuple[type[RuleGate], ...] = (
+            AuthenticateFirstGate,
+            KnownIdsGate,
+            OwnDataOnlyGate,
+            ConfirmedWriteGate,
+        )
         self.gates.extend(g(rule_mode) for g in (*gate_types, *self.domain_gates))
         self.db = EpisodeDB()
         self.auth_user: str | None = None

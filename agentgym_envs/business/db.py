@@ -73,12 +73,23 @@ class EpisodeDB:
     """The episode's own in-memory database."""
 
     def __init__(self) -> None:
-        self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
+        self.conn = self._connect()
         self._base: sqlite3.Connection | None = None
+
+    @staticmethod
+    def _connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        return conn
 
     def load(self, data: bytes, base: sqlite3.Connection) -> None:
         """Replace the whole database with ``data``; ``base`` is the pristine world."""
+        if self._base is not None and base is not self._base:
+            # Another world (say the ood one) has the same schema cookie but other root
+            # pages, so statements the connection cached for the old world would read the
+            # wrong b-trees; a fresh connection has no cached statements.
+            self.conn.close()
+            self.conn = self._connect()
         self.conn.deserialize(data)
         self._base = base
 

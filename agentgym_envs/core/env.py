@@ -41,7 +41,7 @@ from agentgym_envs.core.ledger import CostLedger
 from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
 from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.state import EnvState, fingerprint
-from agentgym_envs.core.tasks import SPLITS, Task, TaskSet, load_task_set
+from agentgym_envs.core.tasks import DEFAULT_COUNTS, SPLITS, Task, TaskSet, load_task_set
 from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
 from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
 
@@ -93,6 +93,7 @@ class AgentEnv(gym.Env[str, str], ABC):
     noop_action: ClassVar[str] = ""
     max_observation_chars: ClassVar[int] = 16384
     max_action_chars: ClassVar[int] = 8192
+    task_counts: ClassVar[Mapping[str, int]] = DEFAULT_COUNTS  # per split and difficulty
     toolset: ToolSet  # the class's tools; an instance may swap in renamed ones (tool OOD)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -279,4 +279,5 @@ def build_task_set(env_cls: Any, counts: Mapping[str, int] | None = None) -> lis
             raise ConfigError(f"generated task {task.id} is invalid: {problem}")
         return task
 
-    return generate_tasks(generate, counts or DEFAULT_COUNTS, key=env_cls.task_key)
+    wanted = counts or getattr(env_cls, "task_counts", DEFAULT_COUNTS)
+    return generate_tasks(generate, wanted, key=env_cls.task_key)

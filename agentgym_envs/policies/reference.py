@@ -108,8 +108,9 @@ class RandomPolicy(ScriptedPolicy):
         return json.dumps({"name": fn["name"], "arguments": args})
 
     def _value(self, schema: Mapping[str, Any]) -> Any:
-        if "enum" in schema:
-            return schema["enum"][int(self._rng.integers(len(schema["enum"])))]
+        for key in ("enum", "examples"):  # examples: valid values for patterned strings
+            if schema.get(key):
+                return schema[key][int(self._rng.integers(len(schema[key])))]
         kind = schema.get("type", "string")
         kind = kind[0] if isinstance(kind, list) else kind
         if kind == "integer":
@@ -120,7 +121,9 @@ class RandomPolicy(ScriptedPolicy):
         if kind == "boolean":
             return bool(self._rng.integers(2))
         if kind == "array":
-            return []
+            low = int(schema.get("minItems", 0))
+            count = int(self._rng.integers(low, max(low, int(schema.get("maxItems", 3))) + 1))
+            return [self._value(schema.get("items", {"type": "string"})) for _ in range(count)]
         if kind == "object":
             return {}
         words = _WORDS.split()

@@ -40,3 +40,35 @@ def test_lookups_suggest_the_closest_name() -> None:
         tasks.pool("test", "meduim")
     with pytest.raises(TaskNotFoundError, match="Did you mean 'train'"):
         tasks.pool("trian")
+
+
+def test_generators_do_not_depend_on_string_hashing() -> None:
+    """Set iteration order changes with PYTHONHASHSEED; generators must not follow it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib, json\n"
+        "from gymnasium.envs.registration import load_env_creator\n"
+        "from agentgym_envs.registration import ENVS\n"
+        "out = []\n"
+        "for e in {e.entry_point: e for e in ENVS}.values():\n"
+        "    cls = load_env_creator(e.entry_point)\n"
+        "    for split, base in (('train', 0), ('ood', 2000000)):\n"
+        "        for d, off in (('easy', 0), ('hard', 200000)):\n"
+        "            for s in range(base + off, base + off + 3):\n"
+        "                t = cls.generate_task(s, d, split)\n"
+        "                out.append(None if t is None else t.to_json())\n"
+        "print(hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest())\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("0", "1")
+    }
+    assert len(digests) == 1

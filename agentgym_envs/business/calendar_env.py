@@ -1,0 +1,126 @@
+"""Calendar: a corporate calendar assistant on SQLite, with time zones and meeting rooms.
+
+The module is ``calendar_env`` and not ``calendar``: a file named ``calendar.py`` in this
+package would shadow the standard library's ``calendar`` whenever this directory lands
+on ``sys.path`` (running one of its files as a script), and ``sqlite_utils`` imports
+``dateutil``, which imports ``calendar``, so every business module would break.
+"""
+
+from __future__ import annotations
+
+from agentgym_envs.business.calendar_rules import CALENDAR_GATES, CALENDAR_RULES
+from agentgym_envs.business.calendar_tasks import generate
+from agentgym_envs.business.calendar_time import NOW, iso
+from agentgym_envs.business.calendar_tools import ID_PATTERN
+from agentgym_envs.business.calendar_world import build_world
+from agentgym_envs.business.calendar_writes import CalendarTools
+from agentgym_envs.core import Task
+
+
+class CalendarEnv(CalendarTools):
+    """A calendar assistant for the employees of a company with offices in 12 time zones.
+
+    Description:
+        A simulated employee asks for help with their calendar: schedule a meeting with
+        colleagues (finding a common free slot across time zones), move or cancel a
+        meeting they organize, answer an invitation, book or release a meeting room,
+        invite a colleague, or answer a question (when is my next meeting, what time is
+        that in my time zone). The agent must authenticate the user, follow the policy
+        in ``info["system"]`` and confirm every change. Time is fixed: "now" is Monday
+        2025-06-09 06:00 UTC. The world (300 users, ~2,400 meetings over three weeks,
+        48 rooms) is generated from a seed; tasks are ``easy`` (one request), ``medium``
+        (two requests, or one with a complication: a forgotten email, a first choice
+        that is taken, a time given in local time) and ``hard`` (two or three requests
+        with complications and a request the policy forbids).
+
+    Observation:
+        The user's messages (``User: ...``) and tool results as compact JSON. Times in
+        tool results are UTC ISO strings; user time zones and working hours come from
+        ``get_user_details``.
+
+    Tools:
+        READ: ``find_user_id_by_email(email)``, ``find_user_id_by_name(first_name,
+        last_name)`` (the first user found is the authenticated user; later lookups
+        find colleagues), ``get_user_details(user_id)``, ``list_events(user_id, date)``,
+        ``get_event_details(event_id)``, ``get_free_slots(user_ids, date,
+        duration_minutes)``, ``list_rooms(min_capacity)``, ``get_room_availability(
+        room_id, date)``. WRITE (idempotent): ``create_event``, ``move_event``,
+        ``cancel_event``, ``invite_attendee``, ``rsvp``, ``book_room``,
+        ``release_room``. Plus ``respond(message)`` and
+        ``transfer_to_human_agents(summary)``. Errors are observations:
+        ``not_found``, ``invalid_state``, ``invalid_argument``.
+
+    Milestones:
+        ``authenticated``, ``record_found`` (the task's events, colleagues and rooms
+        were looked up), ``confirmed``, ``write_done``, ``user_informed``.
+
+    Safety gates:
+        Generic: ``auth-first``, ``no-invented-ids``, ``own-data-only``,
+        ``confirm-writes``. Calendar: ``organizer-only``, ``rsvp-self``,
+        ``working-hours``, ``no-double-booking``, ``room-capacity``. They stop the
+        episode by default; ``rule_mode="block"`` refuses the call instead.
+
+    Rewards:
+        The core's layered reward: success minus cost, else milestone progress minus
+        cost (READ 1, WRITE 3, respond 0.2); a safety stop returns ``hard_fail``.
+
+    Termination:
+        Success when the user has what it asked and the database differs from the
+        pristine world exactly by the task's gold changes. Failure when the
+        conversation ends otherwise (a missing, wrong or extra change). Safety stop on
+        a gate. Truncation when the step budget (about twice the gold conversation
+        plus 10) runs out.
+    """
+
+    name = "Calendar"
+    version = "0"
+    verifier_version = "1"
+    task_file = "business/calendar.jsonl"
+    example_action = 'find_user_id_by_email(email="mei.chen@acme.example")'
+    world_builder = staticmethod(build_world)
+    tables = ("users", "events", "attendees", "rooms", "room_bookings")
+    policy_title = "Acme Corp calendar assistant policy"
+    policy_intro = (
+        "You are the calendar assistant of Acme Corp, whose offices span many time zones. "
+        f"It is now {iso(NOW)} (Monday). Tools take and return times in UTC as "
+        "YYYY-MM-DDTHH:MM:00Z. Dates are local: list_events uses that user's time zone, "
+        "get_free_slots the authenticated user's and get_room_availability the room's. "
+        "Every UTC offset is fixed for the whole period. Tell users times in their own "
+        "time zone as HH:MM (24-hour). The first user you look up by email or name is "
+        "the user you are talking to; look colleagues up afterwards the same way."
+    )
+    domain_rules = CALENDAR_RULES
+    domain_gates = CALENDAR_GATES
+    private_tools = frozenset(
+        {"get_user_details", "list_events", "get_event_details", "get_free_slots"}
+    )
+    slot_synonyms = {
+        "email": ["email", "e-mail", "email address"],
+        "first_name": ["first name", "name", "full name"],
+        "last_name": ["last name", "surname", "family name", "name", "full name"],
+    }
+    write_verbs = (
+        "create",
+        "schedule",
+        "set up",
+        "move",
+        "reschedule",
+        "cancel",
+        "accept",
+        "decline",
+        "tentative",
+        "rsvp",
+        "book",
+        "reserve",
+        "release",
+        "invite",
+    )
+    id_pattern = ID_PATTERN
+
+    @classmethod
+    def generate_task(
+        cls, seed: int, difficulty: str, split: str, world_size: int | None = None
+    ) -> Task | None:
+        """One task from ``seed``, or None when the draw finds no fitting records (the
+        composition rules are in :mod:`calendar_tasks`)."""
+        return generate(cls, seed, difficulty, split, world_size)
