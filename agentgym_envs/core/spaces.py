@@ -3,9 +3,9 @@
 Every env uses :class:`TextSpace`, a ``gymnasium.spaces.Text`` with a printable charset
 (ASCII, Latin, general punctuation, arrows, box drawing) plus newline and tab. Text that
 an env did not write itself (the agent's action echoed back, page text, file contents)
-passes through :func:`sanitize`, which escapes any other character as ``\\uXXXX`` and cuts
-the text to the space's ``max_length`` with a visible marker, so observations always lie
-in their space.
+passes through :func:`sanitize`, which escapes any other character as a ``\\u`` code
+(``\\u4e2d``) and cuts the text to the space's ``max_length`` with a visible marker, so
+observations always lie in their space.
 """
 
 from __future__ import annotations
