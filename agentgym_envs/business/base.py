@@ -18,7 +18,6 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from functools import lru_cache
 from typing import Any, ClassVar
 
 from agentgym_envs.business.db import EpisodeDB, changes_digest, pristine, world_bytes
@@ -435,13 +434,18 @@ class PlanOracle:
         return action
 
 
-@lru_cache(maxsize=4096)
-def _goal_cached(task_id: str, blob: str) -> UserGoal:
-    return UserGoal.from_json(json.loads(blob))
+_GOALS: dict[str, tuple[Any, UserGoal]] = {}
 
 
 def _goal(task: Task) -> UserGoal:
-    return _goal_cached(task.id, json.dumps(task.spec["user"], sort_keys=True))
+    """The parsed user goal of a task, parsed once per task (not per reset)."""
+    spec = task.spec["user"]
+    cached = _GOALS.get(task.id)
+    if cached is None or cached[0] is not spec:  # same id, other spec: a custom task
+        if len(_GOALS) >= 8192:
+            _GOALS.clear()
+        cached = _GOALS[task.id] = (spec, UserGoal.from_json(spec))
+    return cached[1]
 
 
 def _ids_in(value: Any, pattern: re.Pattern[str]) -> Iterator[str]:
