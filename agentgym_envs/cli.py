@@ -1,4 +1,4 @@
-"""The ``agentgym`` command: list, play, run, check, bench and tasks."""
+"""The ``agentgym`` command: list, play, run, check, bench, tasks and train."""
 
 from __future__ import annotations
 
@@ -372,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--count", type=int, help="tasks per split and difficulty (default: the env's task_counts)"
     )
     b.set_defaults(func=cmd_tasks)
+
+    from trainers.cli import add_parser as add_train_parser  # config and argparse only
+
+    add_train_parser(sub)
     return parser
 
 

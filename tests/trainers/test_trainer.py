@@ -1,0 +1,325 @@
+"""The trainer on the tiny random Llama: masking, sampler/trainer agreement, micro-batch
+invariance, off-policy filters, env-error masking and learning on a bandit."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainers.batch import TrainSeq, agent_forward, collate
+from trainers.config import TrainConfig
+from trainers.envs import CHARSETS
+from trainers.rollout import Job
+from trainers.trainer import Trainer
+
+BANDIT = "agentgym-train/DigitFraction-v0"
+
+
+def make_config(tmp_path: Path, **overrides: Any) -> TrainConfig:
+    base: dict[str, Any] = dict(
+        env=BANDIT,
+        env_kwargs={"charset": "vowels", "prompt_words": 6},
+        model="tiny",
+        device="cpu",
+        steps=2,
+        tasks_per_step=2,
+        group_size=4,
+        n_envs=8,
+        max_new_tokens=8,
+        max_context=256,
+        lr=1e-3,
+        run_dir=str(tmp_path / "run"),
+    )
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+@pytest.fixture
+def bandit_trainer(tmp_path: Path, tokenizer: Any) -> Trainer:
+    trainer = Trainer(make_config(tmp_path))
+    yield trainer
+    trainer.close()
+
+
+@pytest.fixture
+def lake_trainer(tmp_path: Path, tokenizer: Any) -> Trainer:
+    cfg = make_config(
+        tmp_path,
+        env="agentgym/FrozenLake-v0",
+        env_kwargs={"max_steps": 3},
+        max_new_tokens=12,
+        max_context=1024,
+        micro_batch_size=1,
+    )
+    trainer = Trainer(cfg)
+    yield trainer
+    trainer.close()
+
+
+def rollout(trainer: Trainer, n: int = 4, group_size: int = 2) -> list[Any]:
+    jobs = [
+        Job(trainer.tasks[i // group_size], 100 + i // group_size, i // group_size)
+        for i in range(n)
+    ]
+    trajs, _ = trainer.runner.collect(jobs, trainer.version)
+    return trajs
+
+
+def grads(trainer: Trainer) -> list[torch.Tensor]:
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in trainer.params]
+
+
+# -- masking --------------------------------------------------------------------------------
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_gradient_is_exactly_zero_on_non_agent_tokens(bandit_trainer: Trainer, data: Any) -> None:
+    """Random interleavings of agent and non-agent tokens (env, template, padding): the
+    gradient reaching the last hidden state is exactly 0 wherever the next token is not an
+    agent token."""
+    trainer = bandit_trainer
+    rows = data.draw(st.integers(1, 3))
+    seqs = []
+    for r in range(rows):
+        n = data.draw(st.integers(3, 24))
+        mask = [0, *data.draw(st.lists(st.integers(0, 1), min_size=n - 1, max_size=n - 1))]
+        ids = data.draw(st.lists(st.integers(3, 4000), min_size=n, max_size=n))
+        seqs.append(TrainSeq(ids, mask, [0.0] * n, traj=r, version=0, advantages=[1.0] * n))
+    if not any(m for s in seqs for m in s.mask[1:]):
+        seqs[0].mask[-1] = 1
+    batch = collate(seqs, trainer.chat.pad_id, torch.device("cpu"))
+    captured: dict[str, torch.Tensor] = {}
+    decoder = trainer.lm.get_decoder()
+
+    def keep(module: Any, args: Any, output: Any) -> None:
+        output.last_hidden_state.retain_grad()
+        captured["hidden"] = output.last_hidden_state
+
+    handle = decoder.register_forward_hook(keep)
+    try:
+        out = agent_forward(trainer.lm, None, batch, 1.0, entropy_grad=True)
+        (out.logprobs.sum() + out.entropy.sum()).backward()
+    finally:
+        handle.remove()
+        trainer.optimizer.zero_grad(set_to_none=True)
+    grad = captured["hidden"].grad  # (B, T, H)
+    predicts_agent = torch.zeros(batch.mask.shape, dtype=torch.bool)
+    predicts_agent[:, :-1] = batch.mask[:, 1:]
+    assert torch.count_nonzero(grad[~predicts_agent]) == 0
+    assert torch.count_nonzero(grad[predicts_agent].abs().sum(-1)) == int(predicts_agent.sum())
+
+
+def test_rollout_masks_only_sampled_tokens(lake_trainer: Trainer) -> None:
+    trajs = rollout(lake_trainer, n=2, group_size=1)
+    env = lake_trainer.runner.envs[0]
+    for traj in trajs:
+        seg = traj.segments[0]
+        agent = [t for t, m in enumerate(seg.mask) if m]
+        # one sample per turn, each ending at its recorded last token
+        assert len(seg.turn_ends) == len(traj.actions) and seg.turn_ends[-1] == agent[-1]
+        assert all(seg.logprobs[t] < 0 for t in agent)
+        assert all(seg.logprobs[t] == 0.0 for t, m in enumerate(seg.mask) if not m)
+        # everything before the first sample is the system prompt and the task
+        obs, info = env.reset(seed=traj.job.env_seed, options={"task_id": traj.job.task_id})
+        head = lake_trainer.chat.render_ids(
+            [{"role": "system", "content": info["system"]}, {"role": "user", "content": obs}],
+            True,
+        )
+        assert seg.ids[: agent[0]] == head
+
+
+# -- sampler and trainer agree ----------------------------------------------------------------
+
+
+def test_trainer_logprobs_equal_sampler_logprobs(lake_trainer: Trainer) -> None:
+    """Multi-turn episodes: the trainer's recomputed log-probabilities equal the sampler's
+    (KV cache, left padding) within 1e-5, so the ratio is 1 and nothing is clipped."""
+    trainer = lake_trainer
+    trajs = rollout(trainer, n=4)
+    assert any(len(t.actions) > 1 for t in trajs)
+    seqs, _ = trainer.advantages(trajs)
+    recomputed = trainer._evaluate(seqs, values=False)
+    diffs = [
+        abs(recomputed[i][t] - s.sampler_logprobs[t])
+        for i, s in enumerate(seqs)
+        for t, m in enumerate(s.mask)
+        if m
+    ]
+    assert diffs and max(diffs) < 1e-5
+    trainer.cfg = dataclasses.replace(trainer.cfg)
+    stats = trainer.optimizer_step(seqs, recomputed)
+    assert stats["clip_frac"] == 0.0
+    assert stats["ratio"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["is_weight"] == pytest.approx(1.0, abs=1e-5)
+
+
+# -- micro-batch invariance -------------------------------------------------------------------
+
+
+def test_loss_and_gradient_do_not_depend_on_micro_batch_size(lake_trainer: Trainer) -> None:
+    trainer = lake_trainer
+    trajs = rollout(trainer, n=4)
+    seqs, _ = trainer.advantages(trajs)
+    for s in seqs:  # non-trivial advantages of both signs
+        s.advantages = [(1.0 if s.traj % 2 else -0.5) * m for m in s.mask]
+    pairs = [(s, None) for s in seqs]
+    results = []
+    for size in (1, 2, 4):
+        trainer.cfg = dataclasses.replace(trainer.cfg, micro_batch_size=size)
+        trainer.optimizer.zero_grad(set_to_none=True)
+        sums, _ = trainer.accumulate(pairs)
+        results.append((sums["pg_loss"], grads(trainer)))
+    for loss, g in results[1:]:
+        assert loss == pytest.approx(results[0][0], rel=1e-5, abs=1e-7)
+        for a, b in zip(g, results[0][1], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+# -- what never reaches the loss ---------------------------------------------------------------
+
+
+class CrashingEnv(gym.Wrapper[str, str, str, str]):
+    """Crashes on the step of odd env seeds (a tool/sandbox crash)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.crash = bool(seed is not None and seed % 2)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: str) -> Any:
+        if self.crash:
+            raise RuntimeError("sandbox died")
+        return self.env.step(action)
+
+
+def test_env_error_episodes_never_reach_the_loss(tmp_path: Path, tokenizer: Any) -> None:
+    def make() -> gym.Env[str, str]:
+        return CrashingEnv(gym.make(BANDIT, charset="vowels", prompt_words=6))
+
+    trainer = Trainer(make_config(tmp_path), make_env=make)
+    try:
+        jobs = [Job(trainer.tasks[0], 1, 0)] * 3 + [Job(trainer.tasks[1], 2, 1)] * 3
+        jobs += [Job(trainer.tasks[2], 2, 2), Job(trainer.tasks[2], 3, 2)]
+        trajs, _ = trainer.runner.collect(jobs, 0)
+        assert [t.valid for t in trajs] == [False] * 3 + [True] * 3 + [True, False]
+        assert all(
+            t.outcome == "env_error" and "sandbox died" in (t.error or "")
+            for t in trajs
+            if not t.valid
+        )
+        seqs, stats = trainer.advantages(trajs)
+        # group 0: all invalid; group 2: one valid member left, so the group is dropped
+        assert {s.traj for s in seqs} == {3, 4, 5}
+        assert stats["kept_episode_rate"] == pytest.approx(3 / 8)
+    finally:
+        trainer.close()
+
+
+def test_stale_samples_past_max_lag_are_dropped(bandit_trainer: Trainer) -> None:
+    trainer = bandit_trainer
+    trajs = rollout(trainer, n=8, group_size=4)
+    seqs, _ = trainer.advantages(trajs)
+    trainer.version = 5
+    for i, s in enumerate(seqs):
+        s.version = 5 if i % 2 else 3  # lag 0 or 2, max_lag is 1
+    fresh_tokens = sum(s.agent_tokens for i, s in enumerate(seqs) if i % 2)
+    stats = trainer.optimizer_step(seqs, None)
+    assert stats["stale_dropped"] == len(seqs) // 2
+    assert stats["train_tokens"] == fresh_tokens
+    assert trainer.version == 6
+
+
+# -- learning ---------------------------------------------------------------------------------
+
+
+def expected_bandit_reward(trainer: Trainer, prompt: list[int]) -> float:
+    """Exact expected reward of a one-token reply: sum_v p(v) r(v)."""
+    count = CHARSETS["vowels"]
+    with torch.no_grad():
+        logits = trainer.lm(torch.tensor([prompt])).logits[0, -1].float()
+    probs = torch.softmax(logits, -1)
+    reward = torch.zeros_like(probs)
+    for v in range(probs.shape[0]):
+        text = trainer.tokenizer.decode([v])
+        chars = [c for c in text if not c.isspace()]
+        if chars and v != trainer.chat.eos_id:
+            reward[v] = sum(bool(count(c)) for c in chars) / len(chars)
+    return float((probs * reward).sum())
+
+
+def test_grpo_raises_the_reward_of_a_bandit_and_changes_parameters(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    cfg = make_config(
+        tmp_path,
+        max_new_tokens=1,
+        group_size=8,
+        tasks_per_step=4,
+        n_envs=32,
+        lr=1e-1,
+        curriculum_alpha=0.0,
+    )
+    trainer = Trainer(cfg)
+    try:
+        env = trainer.runner.envs[0]
+        obs, info = env.reset(seed=0, options={"task_id": trainer.tasks[0]})
+        messages = [{"role": "system", "content": info["system"]}, {"role": "user", "content": obs}]
+        prompt = trainer.chat.render_ids(messages, True)
+        before = expected_bandit_reward(trainer, prompt)
+        params = [p.detach().clone() for p in trainer.params]
+        for _ in range(4):
+            metrics = trainer.rl_step()
+        after = expected_bandit_reward(trainer, prompt)
+        assert any(not torch.equal(a, b) for a, b in zip(params, trainer.params, strict=True))
+        # measured: 0.355 -> 0.456 (exact expectations, no sampling noise)
+        assert after > before + 0.05, (before, after)
+        assert metrics["zero_variance_group_rate"] < 1.0
+        assert trainer.version == 4
+    finally:
+        trainer.close()
+
+
+def test_all_algorithms_take_steps(tmp_path: Path, tokenizer: Any) -> None:
+    for algo in ("grpo", "rloo", "reinforce", "ppo"):
+        cfg = make_config(
+            tmp_path / algo,
+            algo=algo,
+            kl_coef=0.05,
+            entropy_coef=0.01,
+            minibatches=2,
+            whiten=algo == "ppo",
+        )
+        trainer = Trainer(cfg)
+        try:
+            metrics = trainer.rl_step()
+        finally:
+            trainer.close()
+        assert metrics["policy_lag"] == pytest.approx(0.5)  # second minibatch is one version old
+        assert metrics["grad_norm"] > 0
+        assert metrics["train_tokens"] > 0
+        for key in (
+            "reward",
+            "success",
+            "kl",
+            "entropy",
+            "clip_frac",
+            "env_error_rate",
+            "gen_tokens_per_s",
+            "frac_generation",
+            "frac_env",
+            "frac_train",
+            "retok_mismatches",
+            "reward/vowels",
+        ):
+            assert key in metrics, key
+        if algo == "ppo":
+            assert metrics["vf_loss"] > 0

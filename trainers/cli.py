@@ -1,0 +1,61 @@
+"""``agentgym train``: the command line generated from :class:`TrainConfig`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from trainers.config import TrainConfig, add_arguments, from_args
+
+SHOWN = ("reward", "success", "kl", "entropy", "clip_frac", "grad_norm", "time_step_s")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train an LLM policy on an env (GRPO, RLOO, REINFORCE, PPO, SFT)",
+        description=TrainConfig.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_arguments(p)
+    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
+    from trainers.run import train  # torch and transformers load only for this command
+
+    console = console or Console()
+    config: TrainConfig = from_args(args)
+    logging.basicConfig(level=logging.WARNING)
+
+    def progress(step: int, metrics: dict[str, float]) -> None:
+        if not args.quiet:
+            shown = "  ".join(f"{k} {metrics.get(k, float('nan')):.4g}" for k in SHOWN)
+            console.print(f"step {step:>4}  {shown}")
+
+    summary = train(config, progress=progress)
+    table = Table(title=f"{config.algo} on {config.env} ({config.model})")
+    table.add_column("")
+    table.add_column("success")
+    table.add_column("reward")
+    for key in ("eval_before", "eval_after"):
+        if key in summary:
+            res = summary[key]
+            table.add_row(
+                f"{key} ({res['split']}, n={res['episodes']})",
+                f"{res['success']:.3f}",
+                f"{res['reward']:.3f}",
+            )
+    if table.row_count:
+        console.print(table)
+    console.print(
+        f"{summary['steps']} steps in {summary['train_seconds']:.1f} s; "
+        f"run folder {config.run_dir} (metrics.jsonl, trajectories.jsonl, curves.png); "
+        f"checkpoint {summary['checkpoint']}"
+    )
+    return 0

@@ -1,0 +1,418 @@
+"""Batched multi-turn rollouts with exact token bookkeeping (token in, token out).
+
+Each env slot plays one episode at a time; all slots that wait for an action are sampled
+in one batch. A trajectory is one or more *segments* (token sequences the trainer sees):
+the sampled ids get mask 1 and keep their sampler log-probabilities; system prompt,
+observations and template markers get mask 0. When the next turn would not fit in
+``max_context``, the context policy decides:
+
+* ``truncate`` -- the episode ends there (outcome ``context_limit``, a policy failure);
+* ``drop`` -- a new segment starts with the system prompt and task, then as many of the
+  most recent turns as fit (their tokens copied, not re-tokenized, and masked: they were
+  trained in the segment that produced them);
+* ``summary`` -- as ``drop``, plus a short structured note listing the removed actions.
+
+The system prompt and the task (the first observation) are always kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from trainers.chat import ChatFormat, Message
+from trainers.sampler import Sample, Sampler
+
+log = logging.getLogger(__name__)
+
+ContextPolicy = Literal["truncate", "drop", "summary"]
+CONTEXT_POLICIES = ("truncate", "drop", "summary")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One episode to play: a task, the env seed and its GRPO group."""
+
+    task_id: str | None
+    env_seed: int
+    group: int
+
+
+@dataclass
+class Segment:
+    """One token sequence the trainer sees. ``turns[i]`` ends at token ``turn_ends[i]``."""
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    turn_ends: list[int] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+
+    def extend(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([1 if logprobs is not None else 0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+    @property
+    def agent_tokens(self) -> int:
+        return sum(self.mask)
+
+
+@dataclass
+class Trajectory:
+    """One episode: its segments, per-turn rewards and everything needed to reproduce it."""
+
+    job: Job
+    policy_version: int
+    segments: list[Segment] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    durations_s: list[float] = field(default_factory=list)
+    reward_components: dict[str, float] = field(default_factory=dict)
+    outcome: str = "continue"
+    valid: bool = True
+    success: bool = False
+    versions: dict[str, Any] = field(default_factory=dict)
+    seeds: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+    retok_mismatches: int = 0
+    error: str | None = None
+
+    @property
+    def ret(self) -> float:
+        """Undiscounted return: the sum of the step rewards."""
+        return float(sum(self.rewards))
+
+    def record(self) -> dict[str, Any]:
+        """Plain JSON data for the run's trajectory file (token ids left out)."""
+        return {
+            "task_id": self.job.task_id,
+            "group": self.job.group,
+            "seeds": {**self.seeds, "env": self.job.env_seed},
+            "policy_version": self.policy_version,
+            "versions": self.versions,
+            "return": self.ret,
+            "rewards": self.rewards,
+            "reward_components": self.reward_components,
+            "outcome": self.outcome,
+            "success": self.success,
+            "valid": self.valid,
+            "error": self.error,
+            "turns": len(self.actions),
+            "actions": self.actions,
+            "durations_s": self.durations_s,
+            "context": self.context,
+            "retok_mismatches": self.retok_mismatches,
+            "tokens": [len(s.ids) for s in self.segments],
+            "agent_tokens": [s.agent_tokens for s in self.segments],
+        }
+
+
+@dataclass(frozen=True)
+class _Turn:
+    action: list[int]
+    content: str
+    close: list[int]
+    open: list[int]
+    observation: str
+
+
+@dataclass
+class _Episode:
+    env: gym.Env[Any, Any]
+    traj: Trajectory
+    system: str
+    task_obs: str
+    turns: list[_Turn] = field(default_factory=list)
+    first_turn: int = 0  # first turn kept in the current segment's history
+    messages: list[Message] = field(default_factory=list)
+    segment: Segment = field(default_factory=lambda: Segment([], [], []))
+    env_time_ms: float = 0.0
+    script: Callable[[], str] | None = None
+    # lengths of the fresh render and of the segment after the last check
+    fresh_len: int = 0
+    checked_len: int = 0
+
+
+@dataclass
+class RolloutStats:
+    generation_s: float = 0.0
+    env_s: float = 0.0
+    generated_tokens: int = 0
+
+
+class RolloutRunner:
+    """Plays jobs on a pool of envs with one batched sampler.
+
+    Args:
+        make_env: builds one env (called ``n_envs`` times, and again after an env crash).
+        chat: the tokenizer's chat format.
+        sampler: the batched sampler (its model is the current policy).
+        n_envs: env slots played in parallel.
+        max_new_tokens: sampled tokens per turn at most.
+        max_context: tokens per segment at most.
+        context_policy: what to do when the next turn would not fit (see module doc).
+    """
+
+    def __init__(
+        self,
+        make_env: Callable[[], gym.Env[Any, Any]],
+        chat: ChatFormat,
+        sampler: Sampler,
+        *,
+        n_envs: int,
+        max_new_tokens: int,
+        max_context: int,
+        context_policy: ContextPolicy = "summary",
+    ) -> None:
+        if context_policy not in CONTEXT_POLICIES:
+            raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}")
+        self.make_env = make_env
+        self.chat = chat
+        self.sampler = sampler
+        self.envs = [make_env() for _ in range(n_envs)]
+        self.max_new_tokens = max_new_tokens
+        self.max_context = max_context
+        self.context_policy = context_policy
+        self.min_turn_tokens = min(16, max_new_tokens)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def collect(
+        self,
+        jobs: Sequence[Job],
+        policy_version: int,
+        script: Callable[[gym.Env[Any, Any]], Callable[[], str]] | None = None,
+    ) -> tuple[list[Trajectory], RolloutStats]:
+        """Play every job to its end; trajectories come back in job order.
+
+        Args:
+            jobs: the episodes to play.
+            policy_version: recorded on every trajectory.
+            script: instead of sampling, act with a scripted policy (the SFT warm start
+                uses the oracle): called with each new episode's env, it returns the
+                function that gives the next action text. Its tokens get mask 1 and
+                log-probability 0.
+        """
+        stats = RolloutStats()
+        queue = list(enumerate(jobs))
+        results: dict[int, Trajectory] = {}
+        live: dict[int, tuple[int, _Episode]] = {}  # slot -> (job index, episode)
+        while queue or live:
+            for slot in range(len(self.envs)):
+                while slot not in live and queue:
+                    index, job = queue.pop(0)
+                    episode = self._start(slot, job, policy_version, stats)
+                    if script is not None and episode.traj.outcome == "continue":
+                        episode.script = script(episode.env)
+                    if episode.traj.outcome == "continue":
+                        live[slot] = (index, episode)
+                    else:
+                        results[index] = episode.traj
+            if not live:
+                break
+            slots = sorted(live)
+            prompts = [live[s][1].segment.ids for s in slots]
+            budgets = [self._room(live[s][1]) for s in slots]
+            start = time.perf_counter()
+            if script is None:
+                samples = self.sampler.generate(prompts, budgets)
+            else:
+                samples = [
+                    self._scripted(live[s][1], n) for s, n in zip(slots, budgets, strict=True)
+                ]
+            stats.generation_s += time.perf_counter() - start
+            stats.generated_tokens += sum(len(x.ids) for x in samples)
+            for slot, sample in zip(slots, samples, strict=True):
+                index, episode = live[slot]
+                if not self._advance(slot, episode, sample, stats):
+                    results[index] = self._finish(episode)
+                    del live[slot]
+        return [results[i] for i in range(len(jobs))], stats
+
+    # -- one episode -----------------------------------------------------------------------
+
+    def _start(self, slot: int, job: Job, version: int, stats: RolloutStats) -> _Episode:
+        traj = Trajectory(job=job, policy_version=version)
+        traj.context = {"policy": self.context_policy, "dropped_turns": 0, "truncated": False}
+        env = self.envs[slot]
+        start = time.perf_counter()
+        options = {"task_id": job.task_id} if job.task_id is not None else None
+        try:
+            obs, info = env.reset(seed=job.env_seed, options=options)
+        except Exception as exc:  # an env crash is an env error, never a policy failure
+            return self._crashed(slot, env, traj, exc)
+        finally:
+            stats.env_s += time.perf_counter() - start
+        system = str(info.get("system") or "")
+        episode = _Episode(env=env, traj=traj, system=system, task_obs=obs)
+        traj.versions = dict(info.get("versions") or {})
+        traj.seeds = {k: v for k, v in (info.get("seeds") or {}).items()}
+        episode.env_time_ms = float((info.get("cost") or {}).get("env_time_ms", 0.0))
+        episode.messages = self._head(episode, summary=None)
+        episode.segment = Segment(self.chat.render_ids(episode.messages, True), [], [])
+        episode.segment.mask = [0] * len(episode.segment.ids)
+        episode.segment.logprobs = [0.0] * len(episode.segment.ids)
+        episode.fresh_len = episode.checked_len = len(episode.segment.ids)
+        if self._room(episode) < self.min_turn_tokens:
+            self._truncate(episode)
+        return episode
+
+    def _advance(self, slot: int, ep: _Episode, sample: Sample, stats: RolloutStats) -> bool:
+        """Append a sample, step the env, append the observation. False when it ended."""
+        seg, traj = ep.segment, ep.traj
+        seg.extend(sample.ids, sample.logprobs)
+        seg.turn_ends.append(len(seg.ids) - 1)
+        seg.turns.append(len(traj.actions))
+        content = self.chat.content(sample.ids)
+        traj.actions.append(content)
+        start = time.perf_counter()
+        try:
+            obs, reward, terminated, truncated, info = ep.env.step(content)
+        except Exception as exc:
+            self._crashed(slot, ep.env, traj, exc)
+            return False
+        finally:
+            stats.env_s += time.perf_counter() - start
+        env_ms = float((info.get("cost") or {}).get("env_time_ms", ep.env_time_ms))
+        traj.durations_s.append(max(env_ms - ep.env_time_ms, 0.0) / 1000.0)
+        ep.env_time_ms = env_ms
+        traj.rewards.append(float(reward))
+        for name, value in (info.get("reward_components") or {}).items():
+            traj.reward_components[name] = traj.reward_components.get(name, 0.0) + float(value)
+        outcome = info.get("outcome", "continue")
+        traj.outcome = str(getattr(outcome, "value", outcome))
+        traj.valid = bool(info.get("episode_valid", True)) and traj.outcome != "env_error"
+        traj.success = traj.outcome == "success"
+        if terminated or truncated:
+            if traj.outcome == "continue":  # e.g. a TimeLimit wrapper cut the episode
+                traj.outcome = "timeout"
+            return False
+        # observation tokens: the template's close of the assistant turn, then a user turn
+        close = self.chat.close(ep.messages, content, sample.ended)
+        ep.messages.append({"role": "assistant", "content": content})
+        opened = self.chat.open(ep.messages, obs)
+        ep.messages.append({"role": "user", "content": obs})
+        ep.turns.append(_Turn(sample.ids, content, close, opened, obs))
+        seg.extend(close + opened)
+        # this turn's ids against the fresh render's part for the same turn
+        fresh = self.chat.render_ids(ep.messages, True)
+        if fresh[ep.fresh_len :] != seg.ids[ep.checked_len :]:
+            traj.retok_mismatches += 1
+        ep.fresh_len, ep.checked_len = len(fresh), len(seg.ids)
+        # when the next turn does not fit: rebuild (drop/summary); if that fails or the
+        # policy is truncate, continue with a shorter turn while one fits, else end here
+        full = self._room(ep) < self.max_new_tokens
+        stuck = full and (self.context_policy == "truncate" or not self._rebuild(ep))
+        if stuck and self._room(ep) < self.min_turn_tokens:
+            self._truncate(ep)
+            return False
+        return True
+
+    def _scripted(self, ep: _Episode, budget: int) -> Sample:
+        assert ep.script is not None
+        ids = [*self.chat.encode(ep.script()), self.chat.eos_id][:budget]
+        return Sample(ids, [0.0] * len(ids), ids[-1] == self.chat.eos_id)
+
+    def _room(self, ep: _Episode) -> int:
+        return min(self.max_new_tokens, self.max_context - len(ep.segment.ids))
+
+    def _head(self, ep: _Episode, summary: str | None) -> list[Message]:
+        head: list[Message] = [{"role": "system", "content": ep.system}] if ep.system else []
+        head.append({"role": "user", "content": ep.task_obs})
+        if summary is not None:
+            head.append({"role": "user", "content": summary})
+        return head
+
+    def _rebuild(self, ep: _Episode) -> bool:
+        """Start a new segment that keeps the head and the most recent turns that fit."""
+        last = len(ep.turns)  # turns 1..last are complete; turn k's obs is turns[k-1]
+        for keep_from in range(ep.first_turn + 1, last + 1):
+            dropped = ep.turns[:keep_from]
+            summary = self._summary(dropped) if self.context_policy == "summary" else None
+            messages = self._head(ep, summary)
+            ids = self.chat.render_ids(messages, False)
+            ids += dropped[-1].open
+            messages.append({"role": "user", "content": dropped[-1].observation})
+            for turn in ep.turns[keep_from:]:
+                ids += turn.action + turn.close + turn.open
+                messages.append({"role": "assistant", "content": turn.content})
+                messages.append({"role": "user", "content": turn.observation})
+            if len(ids) + self.max_new_tokens <= self.max_context:
+                ep.traj.segments.append(_trimmed(ep.segment))
+                ep.segment = Segment(ids, [0] * len(ids), [0.0] * len(ids))
+                ep.messages = messages
+                ep.first_turn = keep_from
+                ep.traj.context["dropped_turns"] = keep_from
+                # copied turns were checked when they were sampled
+                ep.fresh_len = len(self.chat.render_ids(messages, True))
+                ep.checked_len = len(ids)
+                return True
+        return False
+
+    @staticmethod
+    def _summary(turns: Sequence[_Turn]) -> str:
+        shown = turns[-8:]
+        first = len(turns) - len(shown) + 1
+        lines = [f"[context] turns 1-{len(turns)} were removed to fit the context window."]
+        lines.append("Actions taken in them (most recent last):")
+        for i, turn in enumerate(shown, start=first):
+            action = " ".join(turn.content.split())
+            lines.append(f"{i}. {action[:80]}")
+        return "\n".join(lines)
+
+    def _truncate(self, ep: _Episode) -> None:
+        ep.segment.ids = ep.segment.ids[: self.max_context]
+        ep.segment.mask = ep.segment.mask[: self.max_context]
+        ep.segment.logprobs = ep.segment.logprobs[: self.max_context]
+        ep.traj.outcome = "context_limit"
+        ep.traj.success = False
+        ep.traj.context["truncated"] = True
+
+    def _crashed(
+        self, slot: int, env: gym.Env[Any, Any], traj: Trajectory, exc: Exception
+    ) -> _Episode:
+        log.warning("env crashed (slot %d): %r; replacing it", slot, exc)
+        traj.outcome, traj.valid, traj.success = "env_error", False, False
+        traj.error = f"{type(exc).__name__}: {exc}"
+        try:
+            env.close()
+        finally:
+            self.envs[slot] = self.make_env()
+        return _Episode(env=self.envs[slot], traj=traj, system="", task_obs="")
+
+    def _finish(self, ep: _Episode) -> Trajectory:
+        if ep.segment.agent_tokens:
+            ep.traj.segments.append(_trimmed(ep.segment))
+        ep.traj.context["segments"] = len(ep.traj.segments)
+        return ep.traj
+
+
+def _trimmed(seg: Segment) -> Segment:
+    """The segment without the tokens after its last agent token: they only condition
+    turns that live in a later segment (or none), so training on them is wasted work."""
+    end = seg.turn_ends[-1] + 1 if seg.turn_ends else len(seg.ids)
+    seg.ids, seg.mask, seg.logprobs = seg.ids[:end], seg.mask[:end], seg.logprobs[:end]
+    return seg
+
+
+def records(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
+    return [t.record() for t in trajectories]
+
+
+__all__ = [
+    "CONTEXT_POLICIES",
+    "Job",
+    "RolloutRunner",
+    "RolloutStats",
+    "Segment",
+    "Trajectory",
+    "records",
+]

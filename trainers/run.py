@@ -1,0 +1,248 @@
+"""A whole training run: SFT warm start, evaluation before, RL steps, evaluation after,
+checkpoints and resume. ``agentgym train`` calls :func:`train`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainers import distributed as dist
+from trainers.batch import TrainSeq, agent_forward, collate, sequences
+from trainers.config import TrainConfig
+from trainers.rollout import Job, Trajectory
+from trainers.sampler import Sampler
+from trainers.trainer import Trainer, _chunks, env_seed, task_ids
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+
+
+# -- SFT warm start -------------------------------------------------------------------------
+
+
+def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
+    """Episodes of the train split played by each env's scripted oracle, tokenized with the
+    same chat format and masks as RL rollouts."""
+    cfg = trainer.cfg
+    share = range(trainer.rank, episodes, trainer.world)
+    tasks = trainer.tasks
+    jobs = [Job(tasks[i % len(tasks)], env_seed(cfg.seed, 0, i, "sft"), i) for i in share]
+    trajs, _ = trainer.runner.collect(
+        jobs, trainer.version, script=lambda env: env.unwrapped.oracle().act
+    )
+    return [t for t in trajs if t.valid]
+
+
+def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str, float]]:
+    """Imitate oracle trajectories: token-mean NLL on agent tokens only."""
+    cfg = trainer.cfg
+    trajs = oracle_trajectories(trainer, episodes)
+    seqs = sequences(trajs, cfg.gamma, [[] for _ in trajs])
+    seqs = [s for s in seqs if s.agent_tokens]
+    for s in seqs:
+        s.advantages = [float(m) for m in s.mask]
+    success = dist.all_sum([sum(t.success for t in trajs), len(trajs)], trainer.device)
+    log.info(
+        "SFT on %d oracle episodes (oracle success %.2f)",
+        success[1],
+        success[0] / max(success[1], 1),
+    )
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = lr
+    rng = random.Random(cfg.seed)
+    history = []
+    trainer.lm.train()
+    batch_size = max(cfg.micro_batch_size * 2, 8)
+    for step in range(steps):
+        chosen = rng.sample(seqs, min(batch_size, len(seqs))) if seqs else []
+        history.append(sft_step(trainer, chosen))
+        trainer.logger.log(step, {"sft_loss": history[-1]["sft_loss"], "phase_sft": 1.0})
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = cfg.lr
+    trainer.lm.eval()
+    return history
+
+
+def sft_step(trainer: Trainer, seqs: list[TrainSeq]) -> dict[str, float]:
+    total = dist.all_sum([sum(s.agent_tokens for s in seqs)], trainer.device)[0]
+    trainer.optimizer.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for chunk in _chunks(seqs, trainer.cfg.micro_batch_size):
+        batch = collate(chunk, trainer.chat.pad_id, trainer.device)
+        out = agent_forward(trainer.lm, None, batch, 1.0)
+        loss = -out.logprobs.sum() / total
+        loss.backward()
+        loss_sum += float(loss) * total
+    dist.all_reduce_gradients(trainer.params)
+    if total > 0:
+        torch.nn.utils.clip_grad_norm_(trainer.params, trainer.cfg.max_grad_norm or 1e9)
+        trainer.optimizer.step()
+    return {"sft_loss": dist.all_sum([loss_sum], trainer.device)[0] / max(total, 1.0)}
+
+
+# -- evaluation -----------------------------------------------------------------------------
+
+
+def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) -> dict[str, Any]:
+    """Success and return on the first ``episodes`` tasks of ``split`` (fixed env seeds)."""
+    cfg = trainer.cfg
+    pool = task_ids(trainer.runner.envs[0], split, cfg.difficulty)
+    share = range(trainer.rank, episodes, trainer.world)
+    jobs = [Job(pool[i % len(pool)], env_seed(cfg.seed, 0, i, "eval"), i) for i in share]
+    main = trainer.runner.sampler
+    trainer.runner.sampler = Sampler(
+        trainer.lm,
+        eos_ids=[trainer.chat.eos_id],
+        pad_id=trainer.chat.pad_id,
+        temperature=temperature,
+        top_p=1.0,
+        seed=cfg.sampling_seed + 99,
+    )
+    trainer.lm.eval()
+    try:
+        trajs, _ = trainer.runner.collect(jobs, trainer.version)
+    finally:
+        trainer.runner.sampler = main
+    sums = dist.all_sum(
+        [
+            sum(t.success for t in trajs if t.valid),
+            sum(t.ret for t in trajs if t.valid),
+            sum(t.valid for t in trajs),
+            len(trajs),
+        ],
+        trainer.device,
+    )
+    valid = max(sums[2], 1.0)
+    return {
+        "split": split,
+        "episodes": int(sums[3]),
+        "valid_episodes": int(sums[2]),
+        "success": sums[0] / valid,
+        "reward": sums[1] / valid,
+        "temperature": temperature,
+        "policy_version": trainer.version,
+    }
+
+
+# -- checkpoints ----------------------------------------------------------------------------
+
+
+def save_checkpoint(trainer: Trainer) -> Path:
+    """``run_dir/checkpoints/step_NNNNNN``: weights (loadable as a model spec), optimizer,
+    curriculum, baseline and every RNG, so a resumed run continues the same stream."""
+    folder = trainer.run_dir / CHECKPOINTS / f"step_{trainer.step:06d}"
+    if trainer.rank == 0:
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        trainer.lm.save_pretrained(str(tmp))
+        trainer.tokenizer.save_pretrained(str(tmp))
+        state = {
+            "step": trainer.step,
+            "version": trainer.version,
+            "optimizer": trainer.optimizer.state_dict(),
+            "value_head": None if trainer.value_head is None else trainer.value_head.state_dict(),
+            "curriculum": trainer.curriculum.state_dict(),
+            "baseline": trainer.baseline.state_dict(),
+            "config": trainer.cfg.to_json(),
+        }
+        torch.save(state, tmp / "trainer_state.pt")
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    dist.all_gather(None)  # barrier: the folder exists before anyone reads it
+    rng = {
+        "sampler": trainer.sampler.get_state(),
+        "torch": torch.get_rng_state(),
+        "shuffle": trainer.shuffle.bit_generator.state,
+        "numpy": np.random.get_state(),
+    }
+    torch.save(rng, folder / f"rng_rank{trainer.rank}.pt")
+    return folder
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = sorted((run_dir / CHECKPOINTS).glob("step_[0-9]*[0-9]"))
+    return found[-1] if found else None
+
+
+def load_checkpoint(trainer: Trainer, folder: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(
+        str(folder), dtype=next(trainer.lm.parameters()).dtype
+    )
+    trainer.lm.load_state_dict(loaded.state_dict())
+    state = torch.load(folder / "trainer_state.pt", weights_only=False)
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    if trainer.value_head is not None and state["value_head"] is not None:
+        trainer.value_head.load_state_dict(state["value_head"])
+    trainer.curriculum.load_state_dict(state["curriculum"])
+    trainer.baseline.load_state_dict(state["baseline"])
+    trainer.step, trainer.version = int(state["step"]), int(state["version"])
+    rng_file = folder / f"rng_rank{trainer.rank}.pt"
+    if rng_file.exists():
+        rng = torch.load(rng_file, weights_only=False)
+        trainer.sampler.set_state(rng["sampler"])
+        torch.set_rng_state(rng["torch"])
+        trainer.shuffle.bit_generator.state = rng["shuffle"]
+        np.random.set_state(rng["numpy"])
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def train(
+    config: TrainConfig,
+    make_env: Callable[[], Any] | None = None,
+    progress: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``config`` end to end; returns a summary (also written to ``summary.json``)."""
+    trainer = Trainer(config, make_env)
+    summary: dict[str, Any] = {"config": config.to_json(), "world_size": trainer.world}
+    try:
+        resumed = latest_checkpoint(trainer.run_dir) if config.resume else None
+        if resumed is not None:
+            load_checkpoint(trainer, resumed)
+            summary["resumed_from"] = str(resumed)
+        start = time.perf_counter()
+        if resumed is None and config.sft_steps > 0:
+            history = sft(trainer, config.sft_steps, config.sft_episodes, config.sft_lr)
+            summary["sft_loss"] = [h["sft_loss"] for h in history]
+        if config.eval_episodes and resumed is None:
+            summary["eval_before"] = evaluate(
+                trainer, config.eval_split, config.eval_episodes, config.eval_temperature
+            )
+        if config.algo != "sft":
+            while trainer.step < config.steps:
+                metrics = trainer.rl_step()
+                if progress is not None:
+                    progress(trainer.step, metrics)
+                if config.checkpoint_every and trainer.step % config.checkpoint_every == 0:
+                    save_checkpoint(trainer)
+        if config.eval_episodes:
+            summary["eval_after"] = evaluate(
+                trainer, config.eval_split, config.eval_episodes, config.eval_temperature
+            )
+        summary["train_seconds"] = time.perf_counter() - start
+        summary["steps"] = trainer.step
+        summary["checkpoint"] = str(save_checkpoint(trainer))
+        if trainer.rank == 0:
+            trainer.run_dir.mkdir(parents=True, exist_ok=True)
+            (trainer.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            summary["curves"] = str(trainer.logger.plot() or "")
+    finally:
+        trainer.close()
+    return summary
+
+
+__all__ = ["evaluate", "load_checkpoint", "save_checkpoint", "sft", "train"]

@@ -1,0 +1,180 @@
+"""Per-step training metrics: an append-only JSONL log and a PNG of the curves.
+
+Each :meth:`RunLogger.log` call appends one JSON object to ``<run_dir>/metrics.jsonl`` and
+closes the file, so a killed run keeps every finished line and a resumed run appends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError, did_you_mean
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+CURVES_FILE = "curves.png"
+
+
+def _plain(key: str, value: Any) -> Any:
+    """Convert a metric value to a JSON value; NaN and infinities become None (null)."""
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars, 0-d tensors
+        value = value.item()
+    if isinstance(value, bool | str) or value is None:
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    raise ConfigError(
+        f"Metric {key!r} expected a number, bool or string, got {type(value).__name__} "
+        f"{value!r:.100}. Convert it (e.g. float(x)) before logging."
+    )
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Read a metrics JSONL file into a list of dicts, one per logged step.
+
+    A line that is not valid JSON (a run killed mid-write) is skipped with a warning.
+    """
+    records: list[dict[str, Any]] = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                logger.warning("Skipping unreadable line %d of %s", number, path)
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                logger.warning("Skipping line %d of %s: not a JSON object", number, path)
+    return records
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class RunLogger:
+    """Per-step metrics to ``<run_dir>/metrics.jsonl`` and PNG curves.
+
+    Args:
+        run_dir: The run's folder (created if needed).
+        enabled: False on non-zero distributed ranks: the logger then writes nothing.
+    """
+
+    def __init__(self, run_dir: Path, *, enabled: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.enabled = enabled
+        self.path = self.run_dir / METRICS_FILE
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # A run killed mid-line leaves no trailing newline; without one, the resumed run's
+        # first record would be glued to the broken line and lost with it.
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with self.path.open("rb+") as handle:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    handle.write(b"\n")
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Append one line ``{"step": step, **metrics}``; NaN and inf are written as null.
+
+        Raises:
+            ConfigError: ``metrics`` has a ``"step"`` key or a value that is not a number,
+                bool or string.
+        """
+        if not self.enabled:
+            return
+        if "step" in metrics:
+            raise ConfigError(
+                "metrics must not contain the key 'step'; pass the step as the first argument."
+            )
+        record = {"step": int(step), **{key: _plain(key, v) for key, v in metrics.items()}}
+        line = json.dumps(record, allow_nan=False) + "\n"
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+
+    def plot(self, keys: Sequence[str] | None = None) -> Path | None:
+        """Draw one small line plot per metric against the step into ``curves.png``.
+
+        If a step was logged twice (a resumed run repeats steps), the later value wins.
+
+        Args:
+            keys: The metrics to draw; default every key with numeric (or null) values.
+
+        Returns:
+            The PNG's path, or None when the logger is disabled or nothing was logged.
+
+        Raises:
+            ConfigError: A requested key never appears in the log.
+        """
+        if not self.enabled or not self.path.exists():
+            return None
+        records = read_metrics(self.path)
+        series: dict[str, dict[int, float]] = {}
+        for record in records:
+            step = record.get("step")
+            if not isinstance(step, int) or isinstance(step, bool):
+                continue
+            for key, value in record.items():
+                # A null (NaN) value still makes the key plottable: an all-NaN loss shows
+                # up as an empty panel rather than silently vanishing.
+                if key != "step" and (value is None or _is_number(value)):
+                    points = series.setdefault(key, {})
+                    if value is None:
+                        points.pop(int(step), None)
+                    else:
+                        points[int(step)] = float(value)
+        if keys is None:
+            keys = list(series)
+        else:
+            for key in keys:
+                if key not in series:
+                    raise ConfigError(
+                        f"Cannot plot {key!r}: expected one of the logged numeric metrics "
+                        f"{sorted(series)}.{did_you_mean(key, series)}"
+                    )
+        if not keys:
+            return None
+        return self._draw(keys, series)
+
+    def _draw(self, keys: Sequence[str], series: dict[str, dict[int, float]]) -> Path:
+        # The Agg canvas is used directly instead of switching pyplot's global backend,
+        # which would break a caller's notebook or GUI session.
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        ncols = min(3, len(keys))
+        nrows = math.ceil(len(keys) / ncols)
+        fig = Figure(figsize=(4 * ncols, 2.8 * nrows), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+        for ax, key in zip(axes.flat, keys, strict=False):
+            points = sorted(series[key].items())
+            ax.plot([s for s, _ in points], [v for _, v in points], linewidth=1.2)
+            ax.set_title(key, fontsize=9)
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(keys) :]:
+            ax.set_visible(False)
+        out = self.run_dir / CURVES_FILE
+        # Write then rename, so a viewer refreshing the file never sees half a PNG.
+        tmp = out.with_name(f".{CURVES_FILE}.tmp")
+        fig.savefig(tmp, format="png", dpi=100)
+        os.replace(tmp, out)
+        return out
