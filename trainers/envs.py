@@ -60,7 +60,7 @@ class DigitFractionEnv(gym.Env[str, str]):
         ``success_threshold``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
     version = "1"
 
     def __init__(

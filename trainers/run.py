@@ -82,7 +82,7 @@ def sft_step(trainer: Trainer, seqs: list[TrainSeq]) -> dict[str, float]:
         out = agent_forward(trainer.lm, None, batch, 1.0)
         loss = -out.logprobs.sum() / total
         loss.backward()
-        loss_sum += float(loss) * total
+        loss_sum += float(loss.detach()) * total
     dist.all_reduce_gradients(trainer.params)
     if total > 0:
         torch.nn.utils.clip_grad_norm_(trainer.params, trainer.cfg.max_grad_norm or 1e9)
@@ -198,6 +198,17 @@ def load_checkpoint(trainer: Trainer, folder: Path) -> None:
         np.random.set_state(rng["numpy"])
 
 
+def check_replicas(trainer: Trainer) -> list[float]:
+    """Every process must hold the same weights after training; a silent divergence of
+    data-parallel replicas would make the saved checkpoint (rank 0's) unrepresentative."""
+    with torch.no_grad():
+        checksum = float(sum(p.double().sum() + p.double().abs().sum() for p in trainer.params))
+    sums = [float(x) for x in dist.all_gather(checksum)]
+    if any(abs(x - sums[0]) > 1e-6 * max(1.0, abs(sums[0])) for x in sums):
+        raise RuntimeError(f"data-parallel replicas diverged: parameter checksums {sums}")
+    return sums
+
+
 # -- the run --------------------------------------------------------------------------------
 
 
@@ -233,6 +244,7 @@ def train(
             summary["eval_after"] = evaluate(
                 trainer, config.eval_split, config.eval_episodes, config.eval_temperature
             )
+        summary["replica_checksums"] = check_replicas(trainer)
         summary["train_seconds"] = time.perf_counter() - start
         summary["steps"] = trainer.step
         summary["checkpoint"] = str(save_checkpoint(trainer))

@@ -11,8 +11,10 @@ the policy, not the nucleus).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -63,6 +65,9 @@ class Sampler:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.tokens_generated = 0
+        # transformers renamed the cache argument (past_key_values -> cache) in 5.x
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     def get_state(self) -> torch.Tensor:
         return self.generator.get_state()
@@ -98,7 +103,7 @@ class Sampler:
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = out.past_key_values
+        cache = _cache_of(out)
         logits = out.logits[:, -1].float()  # (B, V)
         next_pos = positions[:, -1:] + 1  # (B, 1)
         done = limits <= 0
@@ -121,10 +126,10 @@ class Sampler:
                 input_ids=token[:, None],
                 attention_mask=attn,
                 position_ids=next_pos,
-                past_key_values=cache,
                 use_cache=True,
+                **{self._cache_arg: cache},
             )
-            cache = out.past_key_values
+            cache = _cache_of(out)
             logits = out.logits[:, -1].float()
             next_pos = next_pos + 1
         return self._collect(tokens, logps, alive, batch)
@@ -167,6 +172,11 @@ class Sampler:
             ended = bool(ids) and bool(torch.isin(torch.tensor(ids[-1]), eos))
             samples.append(Sample(ids, lp[row][keep].tolist(), ended))
         return samples
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

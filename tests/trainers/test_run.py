@@ -1,0 +1,157 @@
+"""Whole runs: the CLI, checkpoints and resume, SFT warm start, data parallel with gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from agentgym_envs.cli import main
+from agentgym_envs.core.errors import ConfigError
+from trainers.config import TrainConfig, field_docs, parse
+from trainers.envs import DigitFractionEnv, register
+from trainers.run import train
+
+BANDIT_ARGS = [
+    "--env", "agentgym-train/DigitFraction-v0",
+    "--env-kwargs", '{"charset": "vowels", "prompt_words": 6}',
+    "--model", "tiny", "--device", "cpu",
+    "--group-size", "4", "--tasks-per-step", "2", "--n-envs", "8",
+    "--max-new-tokens", "6", "--max-context", "256", "--lr", "1e-2",
+]  # fmt: skip
+
+
+def test_every_config_field_is_a_documented_flag() -> None:
+    docs = field_docs(TrainConfig)
+    assert set(docs) == set(TrainConfig.__dataclass_fields__)
+    assert all(len(text) > 10 for text in docs.values())
+    cfg = parse(["--algo", "ppo", "--dual-clip", "3", "--whiten", "--env-kwargs", '{"a": 1}'])
+    assert (cfg.algo, cfg.dual_clip, cfg.whiten, cfg.env_kwargs) == ("ppo", 3.0, True, {"a": 1})
+    assert parse(["--vf-clip", "none"]).vf_clip is None
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        (["--algo", "grpo", "--group-size", "1"], "--group-size >= 2"),
+        (["--max-new-tokens", "4096", "--max-context", "2048"], "smaller than max_context"),
+        (["--algo", "sft"], "--sft-steps >= 1"),
+    ],
+)
+def test_bad_configuration_names_the_fix(args: list[str], fix: str) -> None:
+    with pytest.raises(ConfigError, match=fix):
+        parse(args)
+
+
+def test_unknown_model_fails_before_training(capsys: Any, tmp_path: Path) -> None:
+    code = main(["train", *BANDIT_ARGS, "--model", "smolm2", "--run-dir", str(tmp_path)])
+    assert code == 2
+    assert "smollm2" in capsys.readouterr().out
+
+
+def test_agentgym_train_runs_end_to_end_on_frozenlake(tmp_path: Path, capsys: Any) -> None:
+    run = tmp_path / "lake"
+    code = main(
+        [
+            "train", "--env", "agentgym/FrozenLake-v0", "--model", "tiny", "--device", "cpu",
+            "--steps", "2", "--tasks-per-step", "2", "--group-size", "2", "--n-envs", "4",
+            "--max-new-tokens", "8", "--max-context", "1024", "--env-kwargs", '{"max_steps": 4}',
+            "--sft-steps", "2", "--sft-episodes", "4", "--eval-episodes", "4",
+            "--run-dir", str(run),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "eval_before" in out and "eval_after" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and len(summary["sft_loss"]) == 2
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rl = [m for m in metrics if "reward" in m]
+    assert [m["step"] for m in rl] == [1, 2]
+    trajs = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trajs) == 2 * 2 * 2
+    for t in trajs:
+        assert {"task_id", "seeds", "policy_version", "versions", "reward_components"} <= set(t)
+        assert {"outcome", "valid", "context", "retok_mismatches"} <= set(t)
+        assert t["versions"]["task_set"]
+    assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sft_warm_start_lowers_the_imitation_loss(tmp_path: Path, tokenizer: Any) -> None:
+    cfg = TrainConfig(
+        env="agentgym/FrozenLake-v0", model="tiny", device="cpu", algo="sft", sft_steps=8,
+        sft_episodes=8, sft_lr=1e-2, max_new_tokens=32, max_context=2048, n_envs=8,
+        run_dir=str(tmp_path / "sft"),
+    )  # fmt: skip
+    summary = train(cfg)
+    losses = summary["sft_loss"]
+    assert losses[-1] < losses[0] * 0.8, losses
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path, tokenizer: Any) -> None:
+    def config(run: Path, steps: int, resume: bool) -> TrainConfig:
+        return parse([*BANDIT_ARGS, "--run-dir", str(run), "--steps", str(steps),
+                      "--resume", str(resume), "--checkpoint-every", "1"])  # fmt: skip
+
+    straight = train(config(tmp_path / "a", 3, False))
+    train(config(tmp_path / "b", 2, False))
+    resumed = train(config(tmp_path / "b", 3, True))
+    assert resumed["resumed_from"].endswith("step_000002")
+    assert resumed["replica_checksums"] == pytest.approx(straight["replica_checksums"], rel=1e-9)
+    a = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert a[-1]["reward"] == pytest.approx(b[-1]["reward"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_data_parallel_with_two_gloo_processes(tmp_path: Path, tokenizer: Any) -> None:
+    run = tmp_path / "ddp"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        "-m", "agentgym_envs.cli", "train", *BANDIT_ARGS, "--steps", "2", "--run-dir", str(run),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    first, second = summary["replica_checksums"]
+    assert first == second
+    ranks = [run / "trajectories.jsonl", run / "trajectories.rank1.jsonl"]
+    groups = [{json.loads(x)["group"] for x in p.read_text().splitlines()} for p in ranks]
+    assert groups[0] and groups[1] and not groups[0] & groups[1]  # each rank plays its share
+
+
+def test_bandit_fixture_follows_the_env_contract() -> None:
+    register()
+    env = gym.make("agentgym-train/DigitFraction-v0")
+    check_env(env.unwrapped)
+    a = env.reset(seed=3)
+    b = env.reset(seed=3)
+    assert a[0] == b[0]
+    inner = env.unwrapped
+    assert isinstance(inner, DigitFractionEnv)
+    state = inner.get_state()
+    obs1 = env.step("12ab")
+    inner.set_state(state)
+    obs2 = env.step("12ab")
+    assert obs1[:3] == obs2[:3] and obs1[1] == pytest.approx(0.5) and obs1[2]
+    oracle = inner.oracle()
+    env.reset(seed=4)
+    assert env.step(oracle.act())[4]["outcome"] == "success"
+    env.reset(seed=5)
+    assert env.step("")[1] == 0.0  # doing nothing earns nothing
