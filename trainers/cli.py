@@ -27,7 +27,11 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
+    from transformers.utils import logging as hf_logging
+
     from trainers.run import train  # torch and transformers load only for this command
+
+    hf_logging.disable_progress_bar()  # rich prints the progress instead
 
     console = console or Console()
     config: TrainConfig = from_args(args)

@@ -59,6 +59,9 @@ class TrainConfig:
     context_policy: Literal["truncate", "drop", "summary"] = "summary"
     """When history outgrows max_context: end the episode, drop the oldest turns, or drop
     them and add a structured summary. System prompt and task are always kept."""
+    generation: Literal["auto", "static", "hf"] = "auto"
+    """Rollout generation: 'static' KV-cache engine (CUDA graphs on GPU; Llama-family
+    models), 'hf' (transformers forward, any model), 'auto' (static when supported)."""
     temperature: float = 1.0
     """Sampling temperature."""
     top_p: float = 1.0

@@ -107,6 +107,7 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
         temperature=temperature,
         top_p=1.0,
         seed=cfg.sampling_seed + 99,
+        engine=trainer.engine,
     )
     trainer.lm.eval()
     try:

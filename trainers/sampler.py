@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from agentgym_envs.core.errors import ConfigError
+from trainers.engine import StaticEngine
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Sampler:
         temperature: 0 means greedy (log-probabilities then use temperature 1).
         top_p: nucleus sampling mass in (0, 1].
         seed: seed of the sampling generator (separate from env seeds).
+        engine: a static-KV-cache engine over the same model (CUDA graphs on GPU); when
+            None, the transformers forward with a dynamic cache is used.
     """
 
     def __init__(
@@ -51,6 +54,7 @@ class Sampler:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int = 0,
+        engine: StaticEngine | None = None,
     ) -> None:
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature}")
@@ -65,6 +69,7 @@ class Sampler:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.tokens_generated = 0
+        self.engine = engine
         # transformers renamed the cache argument (past_key_values -> cache) in 5.x
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -82,10 +87,20 @@ class Sampler:
             raise ValueError("one max_new per prompt")
         if not prompts:
             return []
+        if self.engine is None:
+            return self._sample(*self._hf_start(prompts), max_new)
+        rows = self.engine.max_batch
+        out: list[Sample] = []
+        for start in range(0, len(prompts), rows):
+            part = prompts[start : start + rows]
+            out += self._sample(*self._static_start(part), max_new[start : start + rows])
+        return out
+
+    def _hf_start(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any]:
+        """Prefill with the transformers forward: left padding, positions from the mask."""
         device = self.device
         batch = len(prompts)
         width = max(len(p) for p in prompts)
-        # 1. left-padded prompt batch
         ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
         attn = torch.zeros((batch, width), dtype=torch.long)
         for row, prompt in enumerate(prompts):
@@ -93,8 +108,6 @@ class Sampler:
             attn[row, width - len(prompt) :] = 1
         ids, attn = ids.to(device), attn.to(device)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, W)
-        limits = torch.tensor(list(max_new), device=device)
-        eos = self.eos_ids.to(device)
         # logits of the last position only: the prompt's other logits are never used
         out = self.model(
             input_ids=ids,
@@ -103,35 +116,61 @@ class Sampler:
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = _cache_of(out)
-        logits = out.logits[:, -1].float()  # (B, V)
-        next_pos = positions[:, -1:] + 1  # (B, 1)
+        state = {"cache": _cache_of(out), "attn": attn, "pos": positions[:, -1:] + 1}
+
+        def step(token: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+            ones = torch.ones((batch, 1), dtype=attn.dtype, device=device)
+            state["attn"] = torch.cat([state["attn"], ones], 1)
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=state["attn"],
+                position_ids=state["pos"],
+                use_cache=True,
+                **{self._cache_arg: state["cache"]},
+            )
+            state["cache"] = _cache_of(out)
+            state["pos"] = state["pos"] + 1
+            return out.logits[:, -1].float()
+
+        return out.logits[:, -1].float(), step
+
+    def _static_start(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any]:
+        """Prefill with the static-cache engine: right padding, positions are indices."""
+        engine = self.engine
+        assert engine is not None
+        logits = engine.prefill(prompts)
+        pos = torch.tensor([len(p) for p in prompts], device=self.device)
+
+        def step(token: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+            # finished rows write at their slot 0: harmless, their samples are complete
+            where = torch.where(done, torch.zeros_like(pos), pos)
+            logits = engine.decode(token, where)
+            pos.add_(1)
+            return logits
+
+        return logits, step
+
+    def _sample(self, logits: torch.Tensor, step: Any, max_new: Sequence[int]) -> list[Sample]:
+        """The decode loop shared by both backends."""
+        batch = logits.shape[0]
+        limits = torch.tensor(list(max_new), device=self.device)
+        eos = self.eos_ids.to(self.device)
         done = limits <= 0
         tokens: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
         alive: list[torch.Tensor] = []
-        for step in range(int(limits.max().item())):
-            # 2. sample one token per row and keep its tempered log-probability
+        for i in range(int(limits.max().item())):
+            # 1. sample one token per row and keep its tempered log-probability
             token, logp = self._pick(logits)
             tokens.append(token)
             logps.append(logp)
             alive.append(~done)
-            done = done | torch.isin(token, eos) | (limits <= step + 1)
+            done = done | torch.isin(token, eos) | (limits <= i + 1)
             if bool(done.all()):
                 break
-            # 3. advance every row (finished rows keep decoding padding, ignored later)
+            # 2. advance every row (finished rows decode padding, ignored later)
             token = torch.where(done, torch.full_like(token, self.pad_id), token)
-            attn = torch.cat([attn, torch.ones((batch, 1), dtype=attn.dtype, device=device)], 1)
-            out = self.model(
-                input_ids=token[:, None],
-                attention_mask=attn,
-                position_ids=next_pos,
-                use_cache=True,
-                **{self._cache_arg: cache},
-            )
-            cache = _cache_of(out)
-            logits = out.logits[:, -1].float()
-            next_pos = next_pos + 1
+            logits = step(token, done)
         return self._collect(tokens, logps, alive, batch)
 
     def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

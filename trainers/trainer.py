@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 import agentgym_envs  # noqa: F401  (registers the envs)
+from agentgym_envs.core.errors import ConfigError
 from trainers import distributed as dist
 from trainers.algorithms import (
     LossConfig,
@@ -49,6 +50,7 @@ from trainers.batch import TrainSeq, agent_forward, collate, sequences
 from trainers.chat import ChatFormat
 from trainers.config import TrainConfig
 from trainers.curriculum import CurriculumSampler
+from trainers.engine import StaticEngine, supports
 from trainers.envs import register as register_fixtures
 from trainers.model import ValueHead, load_model
 from trainers.rollout import Job, RolloutRunner, Trajectory
@@ -119,6 +121,7 @@ class Trainer:
             self.params, lr=config.lr, weight_decay=config.weight_decay
         )
         self.chat = ChatFormat(self.tokenizer)
+        self.engine = self._engine()
         self.sampler = Sampler(
             self.lm,
             eos_ids=[self.chat.eos_id],
@@ -126,6 +129,7 @@ class Trainer:
             temperature=config.temperature,
             top_p=config.top_p,
             seed=config.sampling_seed * 1000 + self.rank,
+            engine=self.engine,
         )
         env_kwargs = dict(config.env_kwargs)
         self.make_env = make_env or (lambda: gym.make(config.env, **env_kwargs))
@@ -160,6 +164,17 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.logger = RunLogger(self.run_dir, enabled=self.rank == 0)
         self.shuffle = np.random.default_rng([config.seed, self.rank, 7])
+
+    def _engine(self) -> StaticEngine | None:
+        mode = self.cfg.generation
+        if mode == "hf" or (mode == "auto" and not supports(self.lm)):
+            return None
+        if not supports(self.lm):
+            raise ConfigError(
+                f"--generation static supports Llama-family models, not "
+                f"{type(self.lm).__name__}; use --generation hf (or auto)"
+            )
+        return StaticEngine(self.lm, max_batch=self.cfg.n_envs, max_len=self.cfg.max_context)
 
     # -- one RL step -----------------------------------------------------------------------
 

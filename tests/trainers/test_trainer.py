@@ -48,10 +48,11 @@ def bandit_trainer(tmp_path: Path, tokenizer: Any) -> Trainer:
     trainer.close()
 
 
-@pytest.fixture
-def lake_trainer(tmp_path: Path, tokenizer: Any) -> Trainer:
+@pytest.fixture(params=["static", "hf"])
+def lake_trainer(tmp_path: Path, tokenizer: Any, request: Any) -> Trainer:
     cfg = make_config(
         tmp_path,
+        generation=request.param,
         env="agentgym/FrozenLake-v0",
         env_kwargs={"max_steps": 3},
         max_new_tokens=12,
