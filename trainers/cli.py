@@ -47,7 +47,7 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
     table.add_column("")
     table.add_column("success")
     table.add_column("reward")
-    for key in ("eval_before", "eval_after"):
+    for key in ("eval_initial", "eval_before", "eval_after"):
         if key in summary:
             res = summary[key]
             table.add_row(

@@ -46,6 +46,8 @@ class TrainConfig:
     """'auto' (cuda if available), 'cpu' or 'cuda[:n]'."""
     steps: int = 20
     """RL steps (each: one rollout batch, then its optimizer updates)."""
+    time_budget_s: float = 0.0
+    """Stop RL after this many seconds of training (0: no limit; steps still applies)."""
     tasks_per_step: int = 4
     """Distinct (task, env seed) groups per step and per process."""
     group_size: int = 4

