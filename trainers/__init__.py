@@ -1,5 +1,11 @@
-"""The reference trainer (GRPO, RLOO, REINFORCE, PPO) for agentgym envs.
+"""The reference trainer: GRPO, RLOO, REINFORCE, PPO and oracle SFT for Hugging Face
+causal LMs on agentgym envs.
 
-Only the package exists so far; the trainer itself is tracked in its own issue and is
-not part of this release.
+Modules, in the order a step runs them: :mod:`trainers.rollout` (token-in/token-out
+episodes, context budget) with :mod:`trainers.sampler` and :mod:`trainers.engine`
+(generation), :mod:`trainers.algorithms` (advantages, losses, off-policy filters: pure
+functions), :mod:`trainers.batch` (padding and the agent-token forward pass),
+:mod:`trainers.trainer` (one RL step) and :mod:`trainers.run` (a whole run: SFT warm
+start, evaluation, checkpoints). :mod:`trainers.config` is the one configuration
+dataclass the ``agentgym train`` command is generated from.
 """

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trainers import precision
 from trainers.rollout import Trajectory
 
 
@@ -138,22 +139,23 @@ def agent_forward(
     the positions that predict an agent token.
     """
     decoder = lm.get_decoder()  # type: ignore[operator]
-    hidden = decoder(
-        input_ids=batch.ids,
-        attention_mask=batch.attention,
-        position_ids=batch.positions,
-        use_cache=False,
-    ).last_hidden_state  # (B, T, H)
-    predictors = hidden[:, :-1][batch.mask[:, 1:]]  # (N, H)
-    targets = batch.ids[:, 1:][batch.mask[:, 1:]]  # (N,)
     head = lm.get_output_embeddings()  # type: ignore[operator]
-    logits = head(predictors).float() / (temperature or 1.0)  # (N, V)
+    with precision.compute(batch.ids.device):
+        hidden = decoder(
+            input_ids=batch.ids,
+            attention_mask=batch.attention,
+            position_ids=batch.positions,
+            use_cache=False,
+        ).last_hidden_state  # (B, T, H)
+        predictors = hidden[:, :-1][batch.mask[:, 1:]]  # (N, H)
+        logits = head(predictors).float() / (temperature or 1.0)  # (N, V)
+    targets = batch.ids[:, 1:][batch.mask[:, 1:]]  # (N,)
     logp_all = torch.log_softmax(logits, dim=-1)
     logprobs = logp_all.gather(1, targets[:, None]).squeeze(1)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         source = logp_all if entropy_grad else logp_all.detach()
         entropy = -(source.exp() * source).sum(-1)
-    values = value_head(predictors).float() if value_head is not None else None
+    values = value_head(predictors.float()).float() if value_head is not None else None
     return AgentOutputs(logprobs, entropy, values)
 
 

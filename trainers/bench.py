@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from trainers import precision
 from trainers.config import TrainConfig
 from trainers.engine import StaticEngine, supports
 from trainers.model import load_model
@@ -94,7 +95,8 @@ def bench_training(lm: Any, batch: int, seq_len: int, steps: int) -> dict[str, A
     n_params = sum(p.numel() for p in params)
 
     def one() -> None:
-        logits = lm(input_ids=ids, use_cache=False).logits
+        with precision.compute(device):
+            logits = lm(input_ids=ids, use_cache=False).logits
         loss = torch.nn.functional.cross_entropy(
             logits[:, :-1].float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
         )
@@ -138,7 +140,7 @@ def bench_step(config: TrainConfig, steps: int) -> dict[str, Any]:
         "time_step_s", "time_generation_s", "time_env_s", "time_train_s", "generated_tokens",
         "gen_tokens_per_s", "train_tokens_per_s", "frac_generation", "frac_env", "frac_train",
     )  # fmt: skip
-    result = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
+    result: dict[str, Any] = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     result["sequences"] = config.tasks_per_step * config.group_size
     result["env"] = config.env
     return result
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
-    lm, _ = load_model(args.model, device=device)
+    lm, _ = load_model(args.model, device=device, dtype=torch.float32)  # as the trainer
     lm.eval()
     result: dict[str, Any] = {
         "model": args.model,

@@ -216,7 +216,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> N
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         kind, extra = _parser_type(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        factory: Any = f.default_factory
+        default = f.default if f.default is not dataclasses.MISSING else factory()
         flag = "--" + f.name.replace("_", "-")
         if hints[f.name] is bool:
             extra["nargs"] = "?"

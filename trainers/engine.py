@@ -55,9 +55,19 @@ class StaticEngine:
         max_len: positions a row may use (prompt plus generated tokens); the cache has
             one more, a scratch slot for padding rows and graph capture.
         cuda_graphs: capture decode steps as CUDA graphs (CUDA only).
+        compute_dtype: dtype of attention and of the KV cache; default bf16 on CUDA (the
+            trainer's autocast, see :mod:`trainers.precision`), else the weights' dtype.
     """
 
-    def __init__(self, lm: Any, *, max_batch: int, max_len: int, cuda_graphs: bool = True) -> None:
+    def __init__(
+        self,
+        lm: Any,
+        *,
+        max_batch: int,
+        max_len: int,
+        cuda_graphs: bool = True,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
         if not supports(lm):
             raise ValueError(f"StaticEngine does not support {type(lm).__name__}")
         cfg = lm.config
@@ -70,14 +80,16 @@ class StaticEngine:
         self.max_batch, self.max_len = max_batch, max_len
         self.scratch = max_len  # one extra cache slot that no real token uses
         weight = lm.get_output_embeddings().weight
-        self.device, self.dtype = weight.device, weight.dtype
+        self.device = weight.device
+        default = torch.bfloat16 if self.device.type == "cuda" else weight.dtype
+        self.dtype = compute_dtype or default
         shape = (max_batch, self.kv_heads, max_len + 1, self.head_dim)
         self.k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         # RoPE table, computed by the model's own rotary module (any rope scaling)
         positions = torch.arange(max_len + 1, device=self.device)[None]
-        probe = torch.zeros(1, dtype=self.dtype, device=self.device)
-        cos, sin = lm.model.rotary_emb(probe, positions)
+        probe = torch.zeros(1, dtype=torch.float32, device=self.device)
+        cos, sin = lm.model.rotary_emb(probe, positions)  # float32 tables
         self.cos, self.sin = cos[0], sin[0]  # (L, D)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self._graphs: dict[
@@ -116,10 +128,10 @@ class StaticEngine:
         q = F.linear(x, att.q_proj.weight).view(batch, steps, self.heads, self.head_dim)
         k = F.linear(x, att.k_proj.weight).view(batch, steps, self.kv_heads, self.head_dim)
         v = F.linear(x, att.v_proj.weight).view(batch, steps, self.kv_heads, self.head_dim)
-        q = self._rotate(q.transpose(1, 2), cos, sin)  # (B, nh, T, D)
-        k = self._rotate(k.transpose(1, 2), cos, sin)  # (B, nkv, T, D)
+        q = self._rotate(q.transpose(1, 2), cos, sin).to(self.dtype)  # (B, nh, T, D)
+        k = self._rotate(k.transpose(1, 2), cos, sin).to(self.dtype)  # (B, nkv, T, D)
         write(self.k[i], k)
-        write(self.v[i], v.transpose(1, 2))
+        write(self.v[i], v.transpose(1, 2).to(self.dtype))
         out = F.scaled_dot_product_attention(
             q,
             self.k[i][:batch, :, :keys],
@@ -128,6 +140,11 @@ class StaticEngine:
             enable_gqa=self.kv_heads != self.heads,
         )  # (B, nh, T, D)
         out = out.transpose(1, 2).reshape(batch, steps, self.heads * self.head_dim)
+        out = (
+            out.to(att.o_proj.weight.dtype)
+            if not torch.is_autocast_enabled(out.device.type)
+            else out
+        )
         h = h + F.linear(out, att.o_proj.weight)
         mlp = layer.mlp
         x = self._norm(h, layer.post_attention_layernorm.weight)

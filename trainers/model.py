@@ -415,7 +415,7 @@ class PolicyModel(torch.nn.Module):
         self.lm = lm
         self.value_head: ValueHead | None = None
         if value_head:
-            device = lm.get_output_embeddings().weight.device  # type: ignore[no-untyped-call]
+            device = lm.get_output_embeddings().weight.device
             self.value_head = ValueHead(int(lm.config.hidden_size)).to(device)
 
     def forward(
@@ -432,7 +432,7 @@ class PolicyModel(torch.nn.Module):
             position_ids: Positions of the tokens, (B, T); with left padding they
                 start at 0 on each row's first real token.
         """
-        decoder = self.lm.get_decoder()  # type: ignore[no-untyped-call]
+        decoder = self.lm.get_decoder()
         out = decoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -440,7 +440,7 @@ class PolicyModel(torch.nn.Module):
             use_cache=False,
         )
         hidden = out.last_hidden_state  # (B, T, H)
-        head = self.lm.get_output_embeddings()  # type: ignore[no-untyped-call]
+        head = self.lm.get_output_embeddings()
         logits = head(hidden).float()  # (B, T, V)
         values = None
         if self.value_head is not None:

@@ -37,9 +37,12 @@ def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
     share = range(trainer.rank, episodes, trainer.world)
     tasks = trainer.tasks
     jobs = [Job(tasks[i % len(tasks)], env_seed(cfg.seed, 0, i, "sft"), i) for i in share]
-    trajs, _ = trainer.runner.collect(
-        jobs, trainer.version, script=lambda env: env.unwrapped.oracle().act
-    )
+
+    def oracle(env: Any) -> Callable[[], str]:
+        act: Callable[[], str] = env.unwrapped.oracle().act
+        return act
+
+    trajs, _ = trainer.runner.collect(jobs, trainer.version, script=oracle)
     return [t for t in trajs if t.valid]
 
 

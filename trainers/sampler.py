@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from agentgym_envs.core.errors import ConfigError
+from trainers import precision
 from trainers.engine import StaticEngine
 
 
@@ -87,6 +88,10 @@ class Sampler:
             raise ValueError("one max_new per prompt")
         if not prompts:
             return []
+        with precision.compute(self.device):
+            return self._generate(prompts, max_new)
+
+    def _generate(self, prompts: Sequence[Sequence[int]], max_new: Sequence[int]) -> list[Sample]:
         if self.engine is None:
             return self._sample(*self._hf_start(prompts), max_new)
         rows = self.engine.max_batch
@@ -130,7 +135,8 @@ class Sampler:
             )
             state["cache"] = _cache_of(out)
             state["pos"] = state["pos"] + 1
-            return out.logits[:, -1].float()
+            logits: torch.Tensor = out.logits[:, -1].float()
+            return logits
 
         return out.logits[:, -1].float(), step
 

@@ -106,7 +106,10 @@ class Trainer:
         self.device = resolve_device(config.device, self.rank)
         register_fixtures()
         torch.manual_seed(config.seed)
-        self.lm, self.tokenizer = load_model(config.model, device=self.device, seed=config.seed)
+        # fp32 master weights; forward passes run in bf16 on GPU (trainers.precision)
+        self.lm, self.tokenizer = load_model(
+            config.model, device=self.device, dtype=torch.float32, seed=config.seed
+        )
         self.value_head: ValueHead | None = None
         if config.algo == "ppo":
             self.value_head = ValueHead(int(self.lm.config.hidden_size)).to(self.device)

@@ -139,3 +139,24 @@ def test_static_engine_samples_exactly_what_the_transformers_forward_samples(
         tiny_model.lm_head.weight.mul_(2.0)
     changed = Sampler(tiny_model, engine=engine, **common).generate(prompts, [20, 5, 30])
     assert [a.logprobs for a in changed] != [b.logprobs for b in static]
+
+
+def test_static_engine_under_bf16_autocast_tracks_the_model(tiny_model: Any) -> None:
+    """The GPU configuration (fp32 weights, bf16 compute and KV cache), run on CPU: the
+    engine's log-probabilities stay within bf16 noise of the model's own forward."""
+    from trainers.engine import StaticEngine
+
+    prompts = [[1, 5, 6, 7, 8, 9, 10], [1, 44, 55]]
+    engine = StaticEngine(tiny_model, max_batch=2, max_len=64, compute_dtype=torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = torch.log_softmax(engine.prefill(prompts), -1)
+        step = torch.log_softmax(engine.decode(torch.tensor([11, 12]), torch.tensor([7, 3])), -1)
+        want, want_step = [], []
+        for prompt, token in zip(prompts, [11, 12], strict=True):
+            logits = tiny_model(torch.tensor([[*prompt, token]])).logits[0].float()
+            want.append(torch.log_softmax(logits[-2], -1))
+            want_step.append(torch.log_softmax(logits[-1], -1))
+    assert engine.k[0].dtype == torch.bfloat16
+    for mine, theirs in ((got, torch.stack(want)), (step, torch.stack(want_step))):
+        assert (mine - theirs).abs().max() < 5e-2  # log-probabilities spread over ~1.4
+        assert torch.corrcoef(torch.stack([mine.flatten(), theirs.flatten()]))[0, 1] > 0.99
