@@ -5,13 +5,16 @@ step in Python and kernel launches. This engine runs the policy's own weights (t
 same tensors the optimizer updates, so it never goes stale) through a fixed-shape
 decode step:
 
-* one preallocated K/V buffer per layer, ``(B, kv_heads, max_len, head_dim)``;
-* each row writes its new K/V at its own position, and attends to positions ``<=`` it;
-* on CUDA the decode step is captured once per (batch bucket, length bucket) as a CUDA
+* one preallocated K/V buffer per layer, ``(rows, kv_heads, max_len + 1, head_dim)``;
+  a row belongs to one env slot, so an episode's previous turns stay cached and each
+  turn computes only its new tokens (the cache is dropped when the weights change);
+* each row writes its new K/V at its own positions and attends to positions ``<=`` its
+  own; rows with nothing to do write to a scratch slot that no real token attends to;
+* on CUDA the decode step over all rows is captured once per length bucket as a CUDA
   graph and replayed, so a step costs one launch.
 
-Prompts are right-padded: every row starts at position 0, so positions are plain
-indices and no row ever sees another row's padding. It supports ``LlamaForCausalLM``
+Every row starts at position 0, so positions are plain indices and no row ever sees
+another row's padding. It supports ``LlamaForCausalLM``
 and models with the same block (no attention/MLP biases, SiLU MLP); :func:`supports`
 says which, and the sampler falls back to the transformers forward otherwise.
 """
@@ -92,9 +95,15 @@ class StaticEngine:
         cos, sin = lm.model.rotary_emb(probe, positions)  # float32 tables
         self.cos, self.sin = cos[0], sin[0]  # (L, D)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        self._graphs: dict[
-            tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]
-        ] = {}
+        self._graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._watched = [
+            lm.get_output_embeddings().weight,
+            lm.model.embed_tokens.weight,
+            self.layers[0].self_attn.q_proj.weight,
+            self.layers[-1].mlp.down_proj.weight,
+        ]
+        self.reused_tokens = 0
+        self.reset()
 
     # -- building blocks ---------------------------------------------------------------------
 
@@ -157,74 +166,103 @@ class StaticEngine:
         h = self._norm(h, self.lm.model.norm.weight)
         return F.linear(h, self.lm.get_output_embeddings().weight).float()
 
-    # -- prefill and decode ------------------------------------------------------------------
+    # -- extend (prefill) and decode ----------------------------------------------------------
 
-    @torch.no_grad()
-    def prefill(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Fill the cache with right-padded prompts; logits of each prompt's last token."""
-        batch, width = len(prompts), max(len(p) for p in prompts)
-        if batch > self.max_batch or width > self.max_len:
-            raise ValueError(f"batch {batch} x length {width} exceeds the engine's cache")
-        ids = torch.zeros((batch, width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            ids[row, : len(prompt)] = torch.tensor(list(prompt))
-        ids = ids.to(self.device)
-        h = self.lm.model.embed_tokens(ids)
-        cos, sin = self.cos[:width][None, None], self.sin[:width][None, None]
-        causal = torch.ones((width, width), dtype=torch.bool, device=self.device).tril()
-
-        def write(cache: torch.Tensor, new: torch.Tensor) -> None:
-            cache[:batch, :, :width] = new
-
-        for i in range(len(self.layers)):
-            h = self._block(i, h, cos, sin, write, width, causal)
-        lengths = torch.tensor([len(p) for p in prompts], device=self.device)
-        last = h[torch.arange(batch, device=self.device), lengths - 1]  # (B, H)
-        return self._logits(last)
-
-    def _decode(self, ids: torch.Tensor, positions: torch.Tensor, keys: int) -> torch.Tensor:
-        """One token per row at ``positions`` (B,); attends to cache positions ``<=`` it."""
-        batch = ids.shape[0]
-        h = self.lm.model.embed_tokens(ids[:, None])  # (B, 1, H)
-        cos = self.cos[positions][:, None, None]  # (B, 1, 1, D)
-        sin = self.sin[positions][:, None, None]
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, keys: int) -> torch.Tensor:
+        """Hidden states of ``ids`` (R, W) placed at ``positions`` (R, W) of every cache row
+        (R = max_batch); each query attends to its row's positions ``<=`` its own. Rows
+        and padding that should not touch the cache sit at the scratch position."""
+        h = self.lm.model.embed_tokens(ids)  # (R, W, H)
+        cos = self.cos[positions][:, None]  # (R, 1, W, D)
+        sin = self.sin[positions][:, None]
         span = torch.arange(keys, device=self.device)
-        mask = (span[None, :] <= positions[:, None])[:, None, None]  # (B, 1, 1, K)
-        rows = torch.arange(batch, device=self.device)
+        mask = (span[None, None, :] <= positions[:, :, None])[:, None]  # (R, 1, W, K)
+        rows = torch.arange(ids.shape[0], device=self.device)[:, None]  # (R, 1)
 
         def write(cache: torch.Tensor, new: torch.Tensor) -> None:
-            cache[rows, :, positions] = new[:, :, 0]
+            cache[rows, :, positions] = new.transpose(1, 2)  # (R, W, kv, D)
 
         for i in range(len(self.layers)):
             h = self._block(i, h, cos, sin, write, keys, mask)
-        return self._logits(h[:, 0])
+        return h
+
+    def _weights_version(self) -> tuple[int, ...]:
+        # in-place updates (optimizer steps, load_state_dict) bump these counters
+        return tuple(int(p._version) for p in self._watched)
+
+    def reset(self) -> None:
+        """Forget every cached prefix (needed only after weights are replaced out of place)."""
+        self.cached = [[] for _ in range(self.max_batch)]
+        self._version = self._weights_version()
+
+    @torch.no_grad()
+    def extend(self, prompts: dict[int, Sequence[int]]) -> torch.Tensor:
+        """Bring rows' caches up to ``prompts`` (row -> full token ids) and return every
+        row's logits after its prompt, (R, V) (rows not given: unspecified).
+
+        A row whose cache already holds a prefix of its prompt (the previous turns of the
+        same episode, under the same weights) computes only the new tokens, so a
+        multi-turn rollout costs its length once rather than once per turn.
+        """
+        if self._weights_version() != self._version:
+            self.reset()
+        starts: dict[int, int] = {}
+        for row, prompt in prompts.items():
+            if not 0 <= row < self.max_batch or not 0 < len(prompt) <= self.max_len:
+                raise ValueError(f"row {row} / length {len(prompt)} outside the engine's cache")
+            cached = self.cached[row]
+            n = 0
+            limit = min(len(cached), len(prompt) - 1)  # recompute at least the last token
+            while n < limit and cached[n] == prompt[n]:
+                n += 1
+            starts[row] = n
+        width = max(len(p) - starts[r] for r, p in prompts.items())
+        ids = torch.zeros((self.max_batch, width), dtype=torch.long)
+        positions = torch.full((self.max_batch, width), self.scratch, dtype=torch.long)
+        last = torch.zeros(self.max_batch, dtype=torch.long)
+        for row, prompt in prompts.items():
+            new = list(prompt[starts[row] :])
+            ids[row, : len(new)] = torch.tensor(new)
+            positions[row, : len(new)] = torch.arange(starts[row], len(prompt))
+            last[row] = len(new) - 1
+            self.cached[row] = list(prompt)
+        self.reused_tokens += sum(starts.values())
+        keys = _bucket(max(len(p) for p in prompts.values()), 128, self.max_len)
+        h = self._forward(ids.to(self.device), positions.to(self.device), keys)
+        rows = torch.arange(self.max_batch, device=self.device)
+        return self._logits(h[rows, last.to(self.device)])
+
+    def commit(self, row: int, ids: Sequence[int]) -> None:
+        """Record tokens that decode steps wrote into ``row`` after its prompt."""
+        self.cached[row].extend(ids)
+
+    def _decode(self, ids: torch.Tensor, positions: torch.Tensor, keys: int) -> torch.Tensor:
+        return self._logits(self._forward(ids[:, None], positions[:, None], keys)[:, 0])
 
     @torch.no_grad()
     def decode(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Logits (B, V) after appending ``ids`` (B,) at ``positions`` (B,)."""
-        batch = ids.shape[0]
-        if int(positions.max()) >= self.max_len:
-            raise ValueError(f"position {int(positions.max())} is past the cache ({self.max_len})")
-        keys = _bucket(int(positions.max()) + 1, 128, self.max_len)
+        """Logits (R, V) after writing ``ids`` (R,) at ``positions`` (R,); rows that are not
+        decoding pass the scratch position."""
+        real = positions[positions != self.scratch]
+        top = int(real.max()) if real.numel() else 0
+        if top >= self.max_len:
+            raise ValueError(f"position {top} is past the cache ({self.max_len})")
+        keys = _bucket(top + 1, 128, self.max_len)
         if not self.cuda_graphs:
             return self._decode(ids, positions, keys)
-        rows = _bucket(batch, 8, self.max_batch)
-        graph = self._graphs.get((rows, keys))
+        graph = self._graphs.get(keys)
         if graph is None:
-            graph = self._graphs[(rows, keys)] = self._capture(rows, keys)
+            graph = self._graphs[keys] = self._capture(keys)
         g, static_ids, static_pos, static_out = graph
-        static_ids.zero_()
-        static_pos.fill_(self.scratch)  # padding rows write to the scratch slot only
-        static_ids[:batch] = ids
-        static_pos[:batch] = positions
+        static_ids.copy_(ids)
+        static_pos.copy_(positions)
         g.replay()
-        return static_out[:batch].clone()
+        return static_out.clone()
 
-    def _capture(
-        self, rows: int, keys: int
-    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _capture(self, keys: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         # warm-up and capture run real writes: aim them at the scratch slot, so capturing
         # in the middle of a generation leaves the live cache untouched
+        rows = self.max_batch
         static_ids = torch.zeros(rows, dtype=torch.long, device=self.device)
         static_pos = torch.full((rows,), self.scratch, dtype=torch.long, device=self.device)
         stream = torch.cuda.Stream()

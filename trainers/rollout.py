@@ -223,7 +223,7 @@ class RolloutRunner:
             budgets = [self._room(live[s][1]) for s in slots]
             start = time.perf_counter()
             if script is None:
-                samples = self.sampler.generate(prompts, budgets)
+                samples = self.sampler.generate(prompts, budgets, rows=slots)
             else:
                 samples = [
                     self._scripted(live[s][1], n) for s, n in zip(slots, budgets, strict=True)

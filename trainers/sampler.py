@@ -82,24 +82,32 @@ class Sampler:
         self.generator.set_state(state)
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], max_new: Sequence[int]) -> list[Sample]:
-        """Sample a continuation of each prompt, at most ``max_new[i]`` tokens each."""
-        if len(prompts) != len(max_new):
-            raise ValueError("one max_new per prompt")
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new: Sequence[int],
+        rows: Sequence[int] | None = None,
+    ) -> list[Sample]:
+        """Sample a continuation of each prompt, at most ``max_new[i]`` tokens each.
+
+        ``rows[i]`` is the engine cache row of prompt ``i`` (the env slot, so the slot's
+        earlier turns stay cached); default: batches of rows ``0, 1, ...``.
+        """
+        if len(prompts) != len(max_new) or (rows is not None and len(rows) != len(prompts)):
+            raise ValueError("one max_new (and one row, if given) per prompt")
         if not prompts:
             return []
         with precision.compute(self.device):
-            return self._generate(prompts, max_new)
-
-    def _generate(self, prompts: Sequence[Sequence[int]], max_new: Sequence[int]) -> list[Sample]:
-        if self.engine is None:
-            return self._sample(*self._hf_start(prompts), max_new)
-        rows = self.engine.max_batch
-        out: list[Sample] = []
-        for start in range(0, len(prompts), rows):
-            part = prompts[start : start + rows]
-            out += self._sample(*self._static_start(part), max_new[start : start + rows])
-        return out
+            if self.engine is None:
+                return self._sample(*self._hf_start(prompts), max_new)
+            if rows is not None:
+                return self._static(prompts, max_new, list(rows))
+            size = self.engine.max_batch
+            out: list[Sample] = []
+            for start in range(0, len(prompts), size):
+                part = prompts[start : start + size]
+                out += self._static(part, max_new[start : start + size], list(range(len(part))))
+            return out
 
     def _hf_start(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any]:
         """Prefill with the transformers forward: left padding, positions from the mask."""
@@ -140,21 +148,30 @@ class Sampler:
 
         return out.logits[:, -1].float(), step
 
-    def _static_start(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any]:
-        """Prefill with the static-cache engine: right padding, positions are indices."""
+    def _static(
+        self, prompts: Sequence[Sequence[int]], max_new: Sequence[int], rows: list[int]
+    ) -> list[Sample]:
+        """Generate with the static-cache engine: only uncached prompt tokens are computed,
+        then every decode step runs all cache rows (idle ones at the scratch slot)."""
         engine = self.engine
         assert engine is not None
-        logits = engine.prefill(prompts)
+        index = torch.tensor(rows, device=self.device)
+        logits = engine.extend(dict(zip(rows, prompts, strict=True)))[index]
         pos = torch.tensor([len(p) for p in prompts], device=self.device)
+        full_ids = torch.zeros(engine.max_batch, dtype=torch.long, device=self.device)
+        full_pos = torch.full_like(full_ids, engine.scratch)
 
         def step(token: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-            # finished rows write at their slot 0: harmless, their samples are complete
-            where = torch.where(done, torch.zeros_like(pos), pos)
-            logits = engine.decode(token, where)
+            full_ids[index] = token
+            full_pos[index] = torch.where(done, torch.full_like(pos, engine.scratch), pos)
+            logits = engine.decode(full_ids, full_pos)[index]
             pos.add_(1)
             return logits
 
-        return logits, step
+        samples = self._sample(logits, step, max_new)
+        for row, sample in zip(rows, samples, strict=True):
+            engine.commit(row, sample.ids[:-1])  # the last token was never fed back
+        return samples
 
     def _sample(self, logits: torch.Tensor, step: Any, max_new: Sequence[int]) -> list[Sample]:
         """The decode loop shared by both backends."""

@@ -149,7 +149,7 @@ def test_static_engine_under_bf16_autocast_tracks_the_model(tiny_model: Any) -> 
     prompts = [[1, 5, 6, 7, 8, 9, 10], [1, 44, 55]]
     engine = StaticEngine(tiny_model, max_batch=2, max_len=64, compute_dtype=torch.bfloat16)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        got = torch.log_softmax(engine.prefill(prompts), -1)
+        got = torch.log_softmax(engine.extend(dict(enumerate(prompts))), -1)
         step = torch.log_softmax(engine.decode(torch.tensor([11, 12]), torch.tensor([7, 3])), -1)
         want, want_step = [], []
         for prompt, token in zip(prompts, [11, 12], strict=True):
@@ -160,3 +160,31 @@ def test_static_engine_under_bf16_autocast_tracks_the_model(tiny_model: Any) -> 
     for mine, theirs in ((got, torch.stack(want)), (step, torch.stack(want_step))):
         assert (mine - theirs).abs().max() < 5e-2  # log-probabilities spread over ~1.4
         assert torch.corrcoef(torch.stack([mine.flatten(), theirs.flatten()]))[0, 1] > 0.99
+
+
+def test_static_engine_reuses_an_episodes_cached_turns_only_while_valid(tiny_model: Any) -> None:
+    from trainers.engine import StaticEngine
+
+    def fresh(prompt: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return tiny_model(torch.tensor([prompt])).logits[0, -1].float()
+
+    engine = StaticEngine(tiny_model, max_batch=3, max_len=128)
+    turn1 = [1, 5, 6, 7, 8]
+    engine.extend({2: turn1})
+    engine.decode(torch.tensor([0, 0, 9]), torch.tensor([engine.scratch, engine.scratch, 5]))
+    engine.commit(2, [9])  # the sampled token 9 was fed back; 10 ended the turn unfed
+    turn2 = [*turn1, 9, 10, 11, 12]  # + the turn's last token + the observation's tokens
+    got = engine.extend({2: turn2, 0: [1, 3]})
+    assert engine.reused_tokens == 6  # turn 1 and the fed sample, not recomputed
+    torch.testing.assert_close(got[2], fresh(turn2), rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[0], fresh([1, 3]), rtol=0, atol=1e-5)
+    # a new episode in the row reuses only the common prefix
+    other = [1, 5, 99, 98]
+    torch.testing.assert_close(engine.extend({2: other})[2], fresh(other), rtol=0, atol=1e-5)
+    assert engine.reused_tokens == 6 + 2
+    # an optimizer step (in place) makes every cached turn stale
+    with torch.no_grad():
+        tiny_model.model.embed_tokens.weight.add_(0.01)
+    torch.testing.assert_close(engine.extend({2: other})[2], fresh(other), rtol=0, atol=1e-5)
+    assert engine.reused_tokens == 6 + 2
