@@ -184,7 +184,8 @@ class StaticEngine:
 
         for i in range(len(self.layers)):
             h = self._block(i, h, cos, sin, write, keys, mask)
-        return h
+        out: torch.Tensor = h
+        return out
 
     def _weights_version(self) -> tuple[int, ...]:
         # in-place updates (optimizer steps, load_state_dict) bump these counters
@@ -192,7 +193,7 @@ class StaticEngine:
 
     def reset(self) -> None:
         """Forget every cached prefix (needed only after weights are replaced out of place)."""
-        self.cached = [[] for _ in range(self.max_batch)]
+        self.cached: list[list[int]] = [[] for _ in range(self.max_batch)]
         self._version = self._weights_version()
 
     @torch.no_grad()
