@@ -8,7 +8,9 @@
 #                     split before SFT, after the SFT warm start, after GRPO, and the command
 #   proof_metrics.jsonl, proof_curves.png, log.txt
 # Knobs (environment): TRAIN_SECONDS (GRPO time budget, default 420), SFT_STEPS (60),
-# EVAL_EPISODES (150), SKIP_BENCH=1, SMOKE=1 (tiny model on CPU: rehearses this script).
+# SFT_LR (5e-5), LR (2e-6), EVAL_EPISODES (150), SKIP_BENCH=1, SMOKE=1 (tiny model on
+# CPU: rehearses this script). Easy FrozenLake maps need at most 6 moves (oracle), so
+# episodes are capped at 16 steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs/results/gpu}
@@ -54,8 +56,9 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 CMD=("$PY" -m agentgym_envs.cli train --env agentgym/FrozenLake-v0
-     --env-kwargs '{"difficulty": "easy"}' --difficulty easy --algo grpo --model "$MODEL"
-     --device "$DEVICE" --lr 2e-6 --sft-lr 5e-5 --max-new-tokens 24 --temperature 1.0
+     --env-kwargs '{"difficulty": "easy", "max_steps": 16}' --difficulty easy --algo grpo
+     --model "$MODEL" --device "$DEVICE" --lr "${LR:-2e-6}" --sft-lr "${SFT_LR:-5e-5}"
+     --max-new-tokens 24 --temperature 1.0
      --kl-coef 0.0 --eval-split test --eval-temperature 0 --run-dir /tmp/agentgym-runs/proof
      "${TRAIN[@]}")
 echo "command: ${CMD[*]}"

@@ -19,6 +19,7 @@ from trainers import distributed as dist
 from trainers.batch import TrainSeq, agent_forward, collate, sequences
 from trainers.config import TrainConfig
 from trainers.rollout import Job, Trajectory
+from trainers.runlog import read_metrics
 from trainers.sampler import Sampler
 from trainers.trainer import Trainer, _chunks, env_seed, task_ids
 
@@ -213,6 +214,24 @@ def check_replicas(trainer: Trainer) -> list[float]:
     return sums
 
 
+CURVES = (
+    "reward", "success", "sft_loss", "kl", "entropy", "clip_frac", "grad_norm",
+    "zero_variance_group_rate", "env_error_rate", "policy_lag", "stale_dropped",
+    "gen_tokens_per_s", "frac_generation", "frac_env", "frac_train", "retok_mismatches",
+    "context_truncated_rate", "vf_loss",
+)  # fmt: skip
+
+
+def plot_curves(trainer: Trainer) -> Path | None:
+    """``curves.png``: the headline metrics and every reward component."""
+    path = trainer.logger.path
+    if not path.exists():
+        return None
+    logged = {k for row in read_metrics(path) for k in row}
+    keys = [k for k in CURVES if k in logged] + sorted(k for k in logged if k.startswith("reward/"))
+    return trainer.logger.plot(keys)
+
+
 # -- the run --------------------------------------------------------------------------------
 
 
@@ -267,7 +286,7 @@ def train(
         if trainer.rank == 0:
             trainer.run_dir.mkdir(parents=True, exist_ok=True)
             (trainer.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-            summary["curves"] = str(trainer.logger.plot() or "")
+            summary["curves"] = str(plot_curves(trainer) or "")
     finally:
         trainer.close()
     return summary
