@@ -1,6 +1,6 @@
 """Parse the raw text a model produced into tool calls, a message, or a precise error.
 
-Accepted forms (tried in this order, after removing ``<think>...</think>`` reasoning):
+Accepted forms (tried in this order, after removing leading ``<think>...</think>`` reasoning):
 
 1. Hermes ``<tool_call>{...}</tool_call>`` blocks (one call per block).
 2. One fenced code block (```json / ```python / ```) holding a call.
@@ -31,7 +31,8 @@ from agentgym_envs.core.errors import did_you_mean
 from agentgym_envs.core.info import ErrorCode
 from agentgym_envs.core.tools import ToolCall, ToolSet
 
-_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+# Reasoning comes before the action; a "<think>" inside an argument is left alone.
+_THINK = re.compile(r"\A\s*(?:<think>.*?(?:</think>|\Z)\s*)+", re.DOTALL | re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
 _FENCE = re.compile(r"```[A-Za-z_]*[ \t]*\n?(.*?)```", re.DOTALL)
 _CALL_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\s*\(")
@@ -101,10 +102,11 @@ class ActionParser:
                 f"the action has {len(text)} characters; the limit is {self.max_chars}. "
                 "Send one short tool call.",
             )
+        body = _THINK.sub("", text, count=1).strip() if "<think>" in text.lower() else text.strip()
         try:
-            raws = self._extract(text)
+            raws = self._extract(body)
             if raws is None:
-                return self._plain(text)
+                return self._plain(body)
             if not raws:
                 raise _ParseFailure(ErrorCode.PARSE_ERROR, "no tool call found")
             if len(raws) > self.max_calls:
@@ -127,8 +129,7 @@ class ActionParser:
 
     # -- extraction: text -> list of (name, arguments) or None for plain text --------------
 
-    def _extract(self, text: str) -> list[tuple[str, Any]] | None:
-        body = _THINK.sub("", text).strip() if "<think>" in text.lower() else text.strip()
+    def _extract(self, body: str) -> list[tuple[str, Any]] | None:
         if "<tool_call>" in body:
             calls: list[tuple[str, Any]] = []
             for block in _TOOL_CALL.findall(body):

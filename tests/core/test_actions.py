@@ -124,3 +124,12 @@ def test_results_are_cached_and_canonical(parser: ActionParser) -> None:
 def test_empty_toolset_parses_nothing() -> None:
     parser = ActionParser(ToolSet([]), accepts_messages=False)
     assert parser.parse("add(n=1)").error_code == ErrorCode.UNKNOWN_TOOL
+
+
+def test_think_tags_inside_an_argument_are_kept() -> None:
+    parser = ActionParser(CounterEnv.toolset, accepts_messages=True)
+    assert parser.parse('<think>plan</think>\n"<think> is a tag"').message == '"<think> is a tag"'
+    parsed = parser.parse("<think>a</think> <think>b</think> add(n=2)")
+    assert parsed.calls and parsed.calls[0].arguments == {"n": 2}
+    # A message whose text is literally "<think>" is a message, not stripped reasoning.
+    assert parser.parse('"<think>"').message == '"<think>"'
