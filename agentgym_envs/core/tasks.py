@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import multiprocessing
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -232,36 +234,80 @@ def generate_tasks(
     *,
     key: Callable[[Task], Any],
     max_tries: int = 50,
+    workers: int = 1,
 ) -> list[Task]:
     """Generate a task set with ``counts[split]`` unique tasks per split and difficulty.
 
     ``generate(seed, difficulty, split)`` returns a validated task or None (rejected).
     Tasks whose ``key`` (their initial state) repeats one already generated, in any
-    split, are skipped, so no test task is a copy of a train task.
+    split, are skipped, so no test task is a copy of a train task. With ``workers > 1``
+    candidates are generated in that many processes (``generate`` must pickle) and
+    accepted in seed order, so the result is the same as with one worker.
     """
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
     seen: set[Any] = set()
     out: list[Task] = []
-    for split in SPLITS:
-        for d_index, difficulty in enumerate(difficulties):
-            made, index, misses = 0, 0, 0
-            while made < counts[split]:
-                task = generate(task_seed(split, d_index, index), difficulty, split)
-                index += 1
-                if task is None or key(task) in seen:
-                    misses += 1
-                    if misses > max_tries * max(1, counts[split]):
-                        raise ConfigError(
-                            f"could not generate {counts[split]} unique {split}/{difficulty} "
-                            f"tasks (made {made}); widen the generator's parameters"
-                        )
-                    continue
-                seen.add(key(task))
-                out.append(task)
-                made += 1
+    pool = (
+        ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        if workers > 1
+        else None
+    )
+    try:
+        for split in SPLITS:
+            for d_index, difficulty in enumerate(difficulties):
+                made, misses = 0, 0
+                limit = max_tries * max(1, counts[split])
+                for task in _candidates(generate, split, d_index, difficulty, pool, workers):
+                    if made >= counts[split]:
+                        break
+                    if task is None or key(task) in seen:
+                        misses += 1
+                        if misses > limit:
+                            raise ConfigError(
+                                f"could not generate {counts[split]} unique {split}/"
+                                f"{difficulty} tasks (made {made}); widen the generator's "
+                                "parameters"
+                            )
+                        continue
+                    seen.add(key(task))
+                    out.append(task)
+                    made += 1
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return out
 
 
-def build_task_set(env_cls: Any, counts: Mapping[str, int] | None = None) -> list[Task]:
+def _candidates(
+    generate: Callable[[int, str, str], Task | None],
+    split: str,
+    d_index: int,
+    difficulty: str,
+    pool: ProcessPoolExecutor | None,
+    workers: int,
+) -> Iterator[Task | None]:
+    """Candidates for seeds 0, 1, 2, ... of one split and difficulty, in seed order."""
+    index = 0
+    while True:
+        if pool is None:
+            yield generate(task_seed(split, d_index, index), difficulty, split)
+            index += 1
+            continue
+        seeds = [task_seed(split, d_index, index + i) for i in range(workers * 4)]
+        index += len(seeds)
+        yield from pool.map(partial(_call, generate, difficulty, split), seeds)
+
+
+def _call(
+    generate: Callable[[int, str, str], Task | None], difficulty: str, split: str, seed: int
+) -> Task | None:
+    return generate(seed, difficulty, split)
+
+
+def build_task_set(
+    env_cls: Any, counts: Mapping[str, int] | None = None, *, workers: int = 1
+) -> list[Task]:
     """Generate and validate the task set of an env class.
 
     ``env_cls`` provides ``generate_task(seed, difficulty, split)``,
@@ -270,14 +316,16 @@ def build_task_set(env_cls: Any, counts: Mapping[str, int] | None = None) -> lis
     fails and its initial state is not already solved.
     """
 
-    def generate(seed: int, difficulty: str, split: str) -> Task | None:
-        task: Task | None = env_cls.generate_task(seed, difficulty, split)
-        if task is None:
-            return None
-        problem = env_cls.validate_task(task)
-        if problem is not None:
-            raise ConfigError(f"generated task {task.id} is invalid: {problem}")
-        return task
-
     wanted = counts or getattr(env_cls, "task_counts", DEFAULT_COUNTS)
-    return generate_tasks(generate, wanted, key=env_cls.task_key)
+    generate = partial(_generate_valid, env_cls)
+    return generate_tasks(generate, wanted, key=env_cls.task_key, workers=workers)
+
+
+def _generate_valid(env_cls: Any, seed: int, difficulty: str, split: str) -> Task | None:
+    task: Task | None = env_cls.generate_task(seed, difficulty, split)
+    if task is None:
+        return None
+    problem = env_cls.validate_task(task)
+    if problem is not None:
+        raise ConfigError(f"generated task {task.id} is invalid: {problem}")
+    return task

@@ -72,3 +72,23 @@ def test_generators_do_not_depend_on_string_hashing() -> None:
         for seed in ("0", "1")
     }
     assert len(digests) == 1
+
+
+def _toy_generate(seed: int, difficulty: str, split: str):
+    from agentgym_envs.core import Task
+
+    if seed % 3 == 0:  # rejected draws
+        return None
+    key = seed % 7  # repeats: only the first of each key is kept
+    return Task(f"toy-{split}-{difficulty}-{seed}", split, difficulty, "x", seed, {"k": key}, (), 5)
+
+
+def test_parallel_generation_gives_the_same_task_set() -> None:
+    from agentgym_envs.core.tasks import generate_tasks
+
+    counts = {"train": 2, "test": 1, "ood": 1}
+    key = lambda t: (t.split, t.difficulty, t.spec["k"])  # noqa: E731
+    one = generate_tasks(_toy_generate, counts, ("easy", "hard"), key=key)
+    two = generate_tasks(_toy_generate, counts, ("easy", "hard"), key=key, workers=2)
+    assert one == two and len(one) == 8
+    assert all(t.seed % 3 for t in one)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,21 +9,6 @@ import pytest
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 from trainers.model import load_tokenizer, tiny_llama
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip this folder's `slow` tests (full SmolLM2, ~30 s) unless asked for.
-
-    Run them with ``-m slow`` or ``AGENTGYM_SLOW=1``.
-    """
-    if "slow" in (config.option.markexpr or "") or os.environ.get("AGENTGYM_SLOW") == "1":
-        return
-    skip = pytest.mark.skip(reason="slow: run with -m slow or AGENTGYM_SLOW=1")
-    for item in items:
-        if "slow" in item.keywords and HERE in item.path.parents:
-            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)
