@@ -257,13 +257,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentgym_envs.eval.bench import bench_env
+    from agentgym_envs.sandbox.bench import bench_repofix
 
-    results = []
+    results, sandbox = [], []
     for entry in _entries(args.env):
         with console.status(f"benchmarking {entry.id}"):
-            results.append(bench_env(entry, seconds=args.seconds, concurrent=args.concurrent))
+            if entry.family == "sandbox":  # its figures are about the sandbox, not steps/s
+                sandbox.append(bench_repofix(entry))
+            else:
+                results.append(bench_env(entry, seconds=args.seconds, concurrent=args.concurrent))
     if args.json:
-        print(json.dumps([r.to_json() for r in results], indent=2))
+        print(json.dumps([r.to_json() for r in [*results, *sandbox]], indent=2))
+        return 0
+    for s in sandbox:
+        _print_sandbox_bench(s)
+    if not results:
         return 0
     table = Table(title="env benchmark (one core, gym.make with default wrappers)")
     columns = (
@@ -295,6 +303,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_sandbox_bench(r: Any) -> None:
+    table = Table(title=f"{r.env_id} benchmark ({r.backend} backend, isolation {r.isolation})")
+    table.add_column("figure")
+    table.add_column("median", justify="right")
+    rows = (
+        ("reset, first time for a task (git repo built)", f"{r.reset_cold_ms_median:.1f} ms"),
+        ("reset (copy of the task's template on tmpfs)", f"{r.reset_ms_median:.1f} ms"),
+        ("read_file step", f"{r.read_file_ms_median:.2f} ms"),
+        ("edit step", f"{r.edit_ms_median:.2f} ms"),
+        ("`true` as a plain subprocess", f"{r.bare_true_ms_median:.1f} ms"),
+        ("`true` in the sandbox", f"{r.sandbox_true_ms_median:.1f} ms"),
+        (
+            "sandbox start overhead",
+            f"{r.sandbox_true_ms_median - r.bare_true_ms_median:.1f} ms",
+        ),
+        ("run('true') step (staged copy + commit)", f"{r.run_tool_ms_median:.1f} ms"),
+        ("hidden-test verification (submit)", f"{r.verify_ms_median:.0f} ms"),
+        ("one oracle episode alone", f"{r.single_episode_s:.2f} s"),
+        (
+            f"{r.concurrent} oracle episodes at once",
+            f"{r.concurrent_wall_s:.2f} s wall, success {r.concurrent_success:.0%}",
+        ),
+    )
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+
+
 # -- tasks -----------------------------------------------------------------------------
 
 
@@ -309,7 +345,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         cls = _env_class(entry)
         start = time.perf_counter()
         with console.status(f"generating {cls.name} tasks"):
-            tasks = build_task_set(cls, counts)
+            tasks = build_task_set(cls, counts, workers=args.workers)
         header = {"generator": f"{cls.__name__}.generate_task", "env_version": cls.version}
         n = write_task_set(root / cls.task_file, cls.name, header, tasks)
         console.print(
@@ -370,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="tasks", help="task directory (default: ./tasks)")
     b.add_argument(
         "--count", type=int, help="tasks per split and difficulty (default: the env's task_counts)"
+    )
+    b.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes generating candidates (the task set is the same for any number)",
     )
     b.set_defaults(func=cmd_tasks)
 

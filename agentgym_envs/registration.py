@@ -76,6 +76,13 @@ ENVS: tuple[EnvEntry, ...] = (
         "business",
         description="calendar assistant across time zones: meetings, rooms, RSVPs under a policy",
     ),
+    EnvEntry(
+        "RepoFix",
+        "0",
+        "agentgym_envs.sandbox.repofix:RepoFixEnv",
+        "sandbox",
+        description="fix injected bugs in a Python repository in a sandbox; hidden tests grade",
+    ),
 )
 
 

@@ -1,7 +1,10 @@
 """Every stored task of every deterministic env: the live oracle succeeds, doing nothing fails.
 
 (The conformance checks sample 50 seeds per difficulty; this sweeps the whole task sets.
-The slippery variant is checked statistically against its exact optimum instead.)
+The slippery variant is checked statistically against its exact optimum instead.
+RepoFix runs its hidden tests twice per task, about a second: its full sweep is a slow
+test (`agentgym tasks build` ran the same check on every task), and the default run
+sweeps every 20th task.)
 """
 
 import pytest
@@ -10,14 +13,21 @@ from gymnasium.envs.registration import load_env_creator
 from agentgym_envs.core import Outcome
 from agentgym_envs.registration import ENVS
 
-DETERMINISTIC = [e for e in ENVS if not e.kwargs]
+SLOW_FAMILIES = {"sandbox"}
+DETERMINISTIC = [
+    pytest.param(e, 1, marks=pytest.mark.slow if e.family in SLOW_FAMILIES else ())
+    for e in ENVS
+    if not e.kwargs
+] + [pytest.param(e, 20) for e in ENVS if e.family in SLOW_FAMILIES]
 
 
-@pytest.mark.parametrize("entry", DETERMINISTIC, ids=lambda e: e.name)
-def test_oracle_solves_and_noop_fails_every_task(entry) -> None:
+@pytest.mark.parametrize(
+    ("entry", "every"), DETERMINISTIC, ids=lambda v: v.name if hasattr(v, "name") else f"1of{v}"
+)
+def test_oracle_solves_and_noop_fails_every_task(entry, every: int) -> None:
     env = load_env_creator(entry.entry_point)()
     unsolved, noop_wins = [], []
-    for task in env.task_set.tasks:
+    for task in env.task_set.tasks[::every]:
         env.reset(seed=0, options={"task_id": task.id})
         oracle = env.oracle()
         while env.outcome is Outcome.CONTINUE:
@@ -32,4 +42,4 @@ def test_oracle_solves_and_noop_fails_every_task(entry) -> None:
     env.close()
     assert not unsolved, f"the oracle failed {len(unsolved)} tasks, e.g. {unsolved[:3]}"
     assert not noop_wins, f"doing nothing solved {noop_wins[:3]}"
-    assert len(env.task_set.tasks) >= 900
+    assert len(env.task_set.tasks) >= (900 if entry.family not in SLOW_FAMILIES else 500)

@@ -1,0 +1,1 @@
+"""RepoFix: fixing real repositories in an isolated sandbox (backends, workspaces, verification)."""

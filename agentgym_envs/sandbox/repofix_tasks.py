@@ -1,0 +1,231 @@
+"""RepoFix task generation: seeded bug injection into the fixture repositories, validated
+by running their hidden tests in the sandbox.
+
+A task is (repository, mutation sites, seed). It is kept only if at least one hidden test
+fails with the bugs and passes without them (fail-to-pass), at least one passes in both
+(pass-to-pass), and the tests still collect (the package imports). The task file stores
+the sites, not the mutated sources: loading re-applies them (the mutator is
+deterministic) and checks the fixture's content hash, so a changed fixture cannot
+silently invalidate stored tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import random
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.tasks import Task
+from agentgym_envs.sandbox.mutate import (
+    MutationKind,
+    Site,
+    apply,
+    apply_many,
+    describe_symptom,
+    sample_sites,
+)
+from agentgym_envs.sandbox.verify import TestRun, TestRunner
+
+TRAIN_REPOS = ("intervals", "toktext", "ledger")
+OOD_REPOS = ("minicalc",)  # held out of train and test
+MUTATIONS = {"easy": 1, "medium": 2, "hard": 3}
+TASK_COUNTS = {"train": 100, "test": 50, "ood": 50}  # per difficulty: 600 tasks
+GEN_TIMEOUT_S = 20.0
+
+
+def fixtures_root() -> Path:
+    """``fixtures/repos`` inside the installed package, or in a source checkout."""
+    packaged = Path(str(resources.files("agentgym_envs"))) / "_data" / "fixtures" / "repos"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "fixtures" / "repos"
+    if checkout.is_dir():
+        return checkout
+    raise ConfigError(f"no fixture repositories at {packaged} or {checkout}; reinstall the package")
+
+
+def repo_dir(name: str) -> Path:
+    path = fixtures_root() / name
+    if not path.is_dir():
+        raise ConfigError(f"unknown fixture repository {name!r}; known: {TRAIN_REPOS + OOD_REPOS}")
+    return path
+
+
+@cache
+def source_files(name: str) -> dict[str, str]:
+    """The package's Python sources (tests excluded), relative path -> text."""
+    root = repo_dir(name)
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] != "tests" and "__pycache__" not in relative.parts:
+            out[str(relative)] = path.read_text()
+    return out
+
+
+@cache
+def content_hash(name: str) -> str:
+    """Hash of every file of a fixture repository (sources and both test suites)."""
+    root = repo_dir(name)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        caches = {"__pycache__", ".pytest_cache"}
+        if path.is_file() and not caches & set(path.parts) and path.suffix != ".pyc":
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _site(data: Mapping[str, Any]) -> Site:
+    fields = {f.name for f in dataclasses.fields(Site)}
+    values = {k: v for k, v in data.items() if k in fields}
+    values["kind"] = MutationKind(values["kind"])
+    return Site(**values)
+
+
+def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Re-apply a task's mutations; only the changed files come back."""
+    name = spec["repo"]
+    if spec.get("fixture_hash") != content_hash(name):
+        raise ConfigError(
+            f"fixture repository {name!r} changed since its tasks were built; rebuild them "
+            "with `agentgym tasks build RepoFix`"
+        )
+    files = source_files(name)
+    mutated = apply_many(files, [_site(s) for s in spec["sites"]])
+    return {p: t for p, t in mutated.items() if files.get(p) != t}
+
+
+# -- generation ---------------------------------------------------------------------------------
+
+
+@cache
+def _runner() -> TestRunner:
+    from agentgym_envs.sandbox.backends import Limits, make_backend
+
+    return TestRunner(make_backend("auto"), Limits(cpu_s=30))
+
+
+def _run_suite(
+    name: str, files: Mapping[str, str], suite: str, extra: tuple[str, ...] = ()
+) -> TestRun:
+    with tempfile.TemporaryDirectory(prefix="agentgym-gen-") as tmp:
+        work = Path(tmp) / name
+        shutil.copytree(
+            repo_dir(name), work, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache")
+        )
+        for relative, text in files.items():
+            (work / relative).write_text(text)
+        return _runner().run(work, [suite], timeout_s=GEN_TIMEOUT_S, extra=extra)
+
+
+@cache
+def _original_passing(name: str) -> frozenset[str]:
+    run = _run_suite(name, {}, "tests/hidden")
+    if not run.consistent or run.failing or not run.outcomes:
+        raise ConfigError(f"fixture {name!r}: its hidden tests must all pass ({run.problems})")
+    return frozenset(t for t, o in run.outcomes.items() if o == "passed")
+
+
+def gold_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, str]]:
+    """One exact-once edit (path, old, new) turning ``mutated`` back into ``original``."""
+    a, b = mutated.splitlines(keepends=True), original.splitlines(keepends=True)
+    ops = [
+        op
+        for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+        if op[0] != "equal"
+    ]
+    lo_a, hi_a = ops[0][1], ops[-1][2]
+    lo_b, hi_b = ops[0][3], ops[-1][4]
+    while True:
+        old = "".join(a[lo_a:hi_a])
+        if old and mutated.count(old) == 1:
+            return [(path, old, "".join(b[lo_b:hi_b]))]
+        if lo_a == 0 and hi_a == len(a):
+            return [(path, mutated, original)]
+        lo_a, lo_b = max(lo_a - 1, 0), max(lo_b - 1, 0) if lo_a > 0 else lo_b
+        if hi_a < len(a):
+            hi_a, hi_b = hi_a + 1, hi_b + 1
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_NOISE = re.compile(
+    r"^(?:[.FEsxX]+(?:\s+\[\s*\d+%\])?|[=!_-]{3,}.*|\d+ (?:failed|passed|error).*)$"
+)
+
+
+def clean_traceback(output: str) -> str:
+    """pytest's failure output without progress, rulers and timings, and with object
+    addresses removed (``<X object at 0x7f..>`` differs from run to run)."""
+    lines = [
+        ln for ln in output.strip().splitlines() if ln.strip() and not _NOISE.match(ln.strip())
+    ]
+    return _ADDRESS.sub("", "\n".join(lines[:40]))
+
+
+def _report(difficulty: str, name: str, changed: Mapping[str, str], sites: list[Site]) -> str:
+    """The bug report: a failing visible test's traceback (easy, when a visible test
+    catches the bug), a precise symptom (medium) or a vague one (hard)."""
+    if difficulty == "easy":
+        visible = _run_suite(name, changed, "tests/visible", ("--tb=short", "-x"))
+        if visible.failing:
+            return "This visible test fails:\n" + clean_traceback(visible.result.stdout)
+    vague = difficulty == "hard"
+    return " ".join(describe_symptom(s, vague=vague) for s in sites)
+
+
+def generate(seed: int, difficulty: str, split: str) -> Task | None:
+    """A validated task, or None when the draw is rejected (no fail-to-pass test, ...)."""
+    from agentgym_envs.sandbox.repofix import solution_actions
+
+    if difficulty not in MUTATIONS:
+        raise ConfigError(f"unknown difficulty {difficulty!r} for RepoFix; use {tuple(MUTATIONS)}")
+    rng = random.Random(seed)
+    name = rng.choice(OOD_REPOS if split == "ood" else TRAIN_REPOS)
+    files = source_files(name)
+    sites = sample_sites(files, MUTATIONS[difficulty], seed)
+    if len(sites) < MUTATIONS[difficulty]:
+        return None
+    mutated = apply_many(files, sites)
+    changed = {p: t for p, t in mutated.items() if files[p] != t}
+    run = _run_suite(name, changed, "tests/hidden")
+    if not run.consistent or run.collect_errors or run.result.timed_out:
+        return None  # the package must still import and its tests collect
+    passing = _original_passing(name)
+    fail_to_pass = sorted(t for t in passing if not run.passed(t))
+    pass_to_pass = sorted(t for t in passing if run.passed(t))
+    if not fail_to_pass or not pass_to_pass:
+        return None
+    report = _report(difficulty, name, changed, sites)
+    edits = [e for p in sorted(changed) for e in gold_edits(p, changed[p], files[p])]
+    hints = [apply(files[s.path], s).explanation for s in sites]
+    spec = {
+        "repo": name,
+        "fixture_hash": content_hash(name),
+        "sites": [{**dataclasses.asdict(s), "kind": s.kind.value, "key": s.key} for s in sites],
+        "fail_to_pass": fail_to_pass,
+        "pass_to_pass": pass_to_pass,
+        "hints": hints,
+    }
+    return Task(
+        id=f"repofix-{name}-{difficulty}-{split}-{seed}",
+        split=split,
+        difficulty=difficulty,
+        instruction=(
+            f"Bug report for the `{name}` repository:\n{report}\n"
+            "Fix the code (not the tests), then call submit()."
+        ),
+        seed=seed,
+        spec=spec,
+        solution=solution_actions(edits),
+        max_steps=30 + 10 * MUTATIONS[difficulty],
+    )

@@ -1,0 +1,215 @@
+"""Episode workspaces: an immutable template per task, a fresh copy per episode on tmpfs,
+and the workspace diff that snapshots, verification and branching are built on.
+
+A task's template is built once per process: the fixture repository (its hidden tests
+left out), the injected bugs written in, and a fresh git repository with a single commit,
+so the agent finds no history that leaks the fix. An episode copies the template
+(a few small files: about a millisecond on tmpfs) and works on the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+
+from agentgym_envs.core.errors import ConfigError
+
+# files an edit must never touch: tests, pytest configuration and interpreter hooks
+PROTECTED_NAMES = frozenset(
+    {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
+     "usercustomize.py"}
+)  # fmt: skip
+PROTECTED_DIRS = ("tests",)
+SKIP = frozenset({".git", "__pycache__", ".pytest_cache"})
+SYMLINK = "symlink -> "  # how read_tree records a symlink (never followed)
+SPECIAL = "<special file>"  # fifos, sockets, devices: recorded, never read or applied
+MAX_TEMPLATES = 64  # templates kept per manager (least recently used dropped)
+Changes = dict[str, str | None]  # relative path -> new content (None: deleted)
+
+
+def shm_root() -> Path:
+    """Where workspaces live: ``$AGENTGYM_WORKDIR``, else /dev/shm (tmpfs), else the temp dir."""
+    explicit = os.environ.get("AGENTGYM_WORKDIR")
+    if explicit:
+        return Path(explicit)
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def is_protected(relative: str) -> bool:
+    """Tests, conftest files, pytest configuration, sitecustomize and .pth files."""
+    parts = Path(relative).parts
+    name = parts[-1] if parts else ""
+    return (
+        bool(parts and parts[0] in PROTECTED_DIRS)
+        or name in PROTECTED_NAMES
+        or name.endswith(".pth")
+    )
+
+
+def read_tree(root: Path) -> dict[str, str]:
+    """Every text file under ``root`` (relative path -> content), git metadata left out."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        # a symlink to a folder is listed in dirnames and never walked into
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP and d not in links)
+        for name in sorted([*filenames, *links]):
+            if name.endswith(".pyc"):
+                continue
+            path = os.path.join(dirpath, name)
+            relative = os.path.relpath(path, root)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                out[relative] = SYMLINK + os.readlink(path)
+            elif not stat.S_ISREG(mode):
+                out[relative] = SPECIAL
+            else:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    out[relative] = fh.read()
+    return out
+
+
+def diff_trees(before: Mapping[str, str], after: Mapping[str, str]) -> Changes:
+    changes: Changes = {}
+    for path, text in after.items():
+        if before.get(path) != text:
+            changes[path] = text
+    for path in before:
+        if path not in after:
+            changes[path] = None
+    return dict(sorted(changes.items()))
+
+
+def apply_changes(root: Path, changes: Mapping[str, str | None], *, skip_protected: bool) -> None:
+    """Write ``changes`` under ``root``: never outside it, never through a symlink, never a
+    special file; symlinks are recreated as links (``read_tree``'s record of them)."""
+    base = root.resolve()
+    for relative, text in changes.items():
+        if (skip_protected and is_protected(relative)) or text == SPECIAL:
+            continue
+        parent = resolve_inside(root, os.path.dirname(relative) or ".")
+        if parent is None:
+            continue
+        path = parent / os.path.basename(relative)
+        if not path.parent.resolve().is_relative_to(base):
+            continue
+        if path.is_symlink() or (text is None and path.is_file()):
+            path.unlink()
+        elif path.is_dir() and text is not None:
+            shutil.rmtree(path)
+        if text is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if text.startswith(SYMLINK):
+            os.symlink(text[len(SYMLINK) :], path)
+        else:
+            path.write_text(text)
+
+
+def _git(root: Path, *args: str) -> None:
+    env = {
+        "GIT_AUTHOR_NAME": "agentgym", "GIT_AUTHOR_EMAIL": "agentgym@localhost",
+        "GIT_COMMITTER_NAME": "agentgym", "GIT_COMMITTER_EMAIL": "agentgym@localhost",
+        "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
+        "HOME": str(root), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }  # fmt: skip
+    subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
+
+
+class WorkspaceManager:
+    """Templates per task and one live workspace per episode, under a private folder.
+
+    Args:
+        root: parent folder (default :func:`shm_root`).
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
+        base = root or shm_root()
+        base.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix="agentgym-repofix-", dir=base))
+        # an env that is never closed still frees its tmpfs when collected or at exit
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, True)
+        self.templates: OrderedDict[str, tuple[Path, dict[str, str]]] = OrderedDict()
+        self.live: Path | None = None
+        self._count = 0
+
+    def template(
+        self, key: str, repo: Path, files: Mapping[str, str]
+    ) -> tuple[Path, dict[str, str]]:
+        """The immutable template for ``key`` (built once): ``repo`` without its hidden
+        tests, ``files`` written over it, committed as a fresh repository."""
+        found = self.templates.get(key)
+        if found is not None:
+            self.templates.move_to_end(key)
+            return found
+        while len(self.templates) >= MAX_TEMPLATES:
+            _, (old, _) = self.templates.popitem(last=False)
+            shutil.rmtree(old, ignore_errors=True)
+        self._count += 1
+        target = self.dir / "templates" / f"t{self._count}"
+        shutil.copytree(
+            repo, target, ignore=shutil.ignore_patterns("hidden", "__pycache__", ".pytest_cache")
+        )
+        for relative, text in files.items():
+            (target / relative).write_text(text)
+        if shutil.which("git") is None:
+            raise ConfigError("RepoFix needs git (apt-get install -y git)")
+        _git(target, "init", "-q", "-b", "main")
+        _git(target, "add", "-A")
+        _git(target, "commit", "-q", "-m", "Initial commit")
+        found = self.templates[key] = (target, read_tree(target))
+        return found
+
+    def fresh(self, template: Path) -> Path:
+        """A new live workspace copied from ``template`` (the previous one is removed)."""
+        self.discard()
+        self._count += 1
+        self.live = self.dir / "episodes" / f"e{self._count}"
+        shutil.copytree(template, self.live, symlinks=True)
+        return self.live
+
+    def scratch_copy(self, source: Path) -> Path:
+        """A throwaway copy of ``source`` (verification and staged commands run there)."""
+        self._count += 1
+        target = self.dir / "scratch" / f"s{self._count}"
+        shutil.copytree(source, target, symlinks=True)
+        return target
+
+    def promote(self, scratch: Path) -> Path:
+        """Make ``scratch`` the live workspace (a staged command's effects are accepted)."""
+        self.discard()
+        self._count += 1
+        self.live = self.dir / "episodes" / f"e{self._count}"
+        self.live.parent.mkdir(parents=True, exist_ok=True)
+        scratch.rename(self.live)
+        return self.live
+
+    def discard(self) -> None:
+        if self.live is not None:
+            shutil.rmtree(self.live, ignore_errors=True)
+            self.live = None
+
+    def close(self) -> None:
+        self._cleanup()
+        self.live = None
+        self.templates.clear()
+
+
+def resolve_inside(root: Path, relative: str) -> Path | None:
+    """``root/relative`` if it stays inside ``root`` once symlinks resolve, else None."""
+    if not relative or relative.startswith(("/", "~")) or "\x00" in relative:
+        return None
+    try:
+        candidate = (root / relative).resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    base = root.resolve()
+    return candidate if candidate == base or candidate.is_relative_to(base) else None
