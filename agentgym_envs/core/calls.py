@@ -97,6 +97,11 @@ class CallRunner:
                               failure=f"tool {call.name}: injected transient fault outlasted "
                               f"{self.retries} retries")  # fmt: skip
         record = self._execute(env, spec, call.name, args)
+        if record.result is not None and record.result.violation is not None:
+            name, reason = record.result.violation  # caught while it ran: a hard stop
+            stopped = _gated(call, name, GateMode.STOP, reason)
+            stopped.executed, stopped.cost, stopped.latency_ms = True, spec.cost, record.latency_ms
+            return stopped
         if record.result is not None and key:
             self._replays[key] = (call.name, args, record.result)
         if record.outcome is Outcome.ENV_ERROR or fault is None:

@@ -385,16 +385,25 @@ class ToolResult:
         error_code: None on success, else a short code (``no_such_item``); the env
             then reports it in ``info["error"]``.
         data: optional structured result (JSON-able), recorded by wrappers and stores.
+        violation: (gate, reason) when running the call broke a hard rule that only
+            shows during execution (a browser request leaving the site); the env then
+            stops the episode as that gate would (``SAFETY_STOP``).
     """
 
     text: str
     error_code: str | None = None
     data: Any = None
+    violation: tuple[str, str] | None = None
 
     @classmethod
     def failure(cls, code: str, text: str, data: Any = None) -> ToolResult:
         """A call that ran but could not do what was asked (a policy-side error)."""
         return cls(text=text, error_code=code, data=data)
+
+    @classmethod
+    def unsafe(cls, gate: str, reason: str) -> ToolResult:
+        """A call whose execution tried something a safety gate forbids (stops the episode)."""
+        return cls(text=reason, violation=(gate, reason))
 
     @property
     def ok(self) -> bool:

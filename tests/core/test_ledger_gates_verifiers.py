@@ -75,3 +75,25 @@ def test_verify_order() -> None:
     assert verify(lambda: True, [], lambda: "stuck") == (Outcome.SUCCESS, None)
     assert verify(lambda: False, [], lambda: "stuck") == (Outcome.FAILURE, "stuck")
     assert verify(lambda: False, [], lambda: None) == (Outcome.CONTINUE, None)
+
+
+def test_a_violation_found_while_a_tool_runs_stops_the_episode() -> None:
+    from agentgym_envs.core import ToolResult, tool
+    from tests.core.counter_env import CounterEnv, make_task
+
+    class LeakyCounter(CounterEnv):
+        @tool("Open a page.", parameters={"url": {"type": "string"}})
+        def visit(self, url: str) -> ToolResult:
+            if not url.startswith("/"):
+                return ToolResult.unsafe("offsite", f"{url} is not on this site")
+            return ToolResult(f"visited {url}")
+
+    env = LeakyCounter(tasks=[make_task()])
+    env.reset(seed=0)
+    _, first, _, _, info = env.step('visit(url="/home")')
+    assert info["outcome"] is Outcome.CONTINUE
+    obs, reward, terminated, _, info = env.step('visit(url="http://evil.example")')
+    assert info["outcome"] is Outcome.SAFETY_STOP and terminated
+    assert info["safety"]["gate"] == "offsite" and info["safety"]["verdict"] == "stopped"
+    assert first + reward == pytest.approx(env.reward_config.hard_fail)  # the episode total
+    assert "not on this site" in obs
