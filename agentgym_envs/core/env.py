@@ -94,6 +94,7 @@ class AgentEnv(gym.Env[str, str], ABC):
     max_observation_chars: ClassVar[int] = 16384
     max_action_chars: ClassVar[int] = 8192
     task_counts: ClassVar[Mapping[str, int]] = DEFAULT_COUNTS  # per split and difficulty
+    conformance_episodes: ClassVar[int] = 50  # oracle episodes per difficulty in `check`
     toolset: ToolSet  # the class's tools; an instance may swap in renamed ones (tool OOD)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -135,10 +135,14 @@ def check_close(entry: EnvEntry) -> str:
     return "double close ok"
 
 
-def check_oracle(entry: EnvEntry, seeds: range = range(50), split: str = "test") -> str:
+def check_oracle(entry: EnvEntry, seeds: range | None = None, split: str = "test") -> str:
     """The oracle succeeds on every seed of every difficulty (or, for stochastic envs,
-    as often as the exact optimal success probability says, within a binomial bound)."""
+    as often as the exact optimal success probability says, within a binomial bound).
+    By default ``env.conformance_episodes`` seeds per difficulty (50; fewer for envs
+    whose episodes take seconds)."""
     env = _make(entry)
+    if seeds is None:
+        seeds = range(_agent(env).conformance_episodes)
     try:
         difficulties = _agent(env).task_set.difficulties
         lines = []

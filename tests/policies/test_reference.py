@@ -6,10 +6,10 @@ import pytest
 import agentgym_envs  # noqa: F401
 from agentgym_envs.core import ConfigError
 from agentgym_envs.policies import NoopPolicy, OraclePolicy, Policy, RandomPolicy, make_policy
-from agentgym_envs.registration import ENVS
+from tests.env_params import env_params
 
 
-@pytest.mark.parametrize("entry", ENVS, ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", env_params())
 def test_random_policy_only_makes_valid_calls(entry) -> None:
     env = gym.make(entry.id)
     policy = RandomPolicy(seed=1)

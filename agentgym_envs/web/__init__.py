@@ -1,0 +1,1 @@
+"""Browser environments and the local web sites they drive."""
