@@ -230,21 +230,27 @@ class AgentEnv(gym.Env[str, str], ABC):
     @classmethod
     def validate_task(cls, task: Task, **env_kwargs: Any) -> str | None:
         """Check a generated task: not solved at reset, its solution succeeds, and the
-        do-nothing policy (``noop_action`` every step) does not. Returns why it is
-        invalid, or None."""
+        do-nothing policy (``noop_action`` every step) does not. The solution is the
+        stored one, or, for tasks that store none (actions that depend on the live
+        world, such as a web page's element ids), the live oracle's. Returns why the
+        task is invalid, or None."""
         env = cls(tasks=[task], split=task.split, **env_kwargs)
         try:
             env.reset(seed=0, options={"task_id": task.id})
             if env._goal_reached():
                 return "already solved at reset"
+            live = None if task.solution else env.oracle()
+            actions = iter(task.solution)
             outcome = Outcome.CONTINUE
-            for action in task.solution:
-                _, _, _, _, info = env.step(action)
-                outcome = info["outcome"]
-                if outcome is not Outcome.CONTINUE:
+            while outcome is Outcome.CONTINUE:
+                action = live.act() if live is not None else next(actions, None)
+                if action is None:
                     break
+                outcome = env.step(action)[4]["outcome"]
             if outcome is not Outcome.SUCCESS:
-                return f"the stored solution ends with {outcome.value}"
+                which = "the oracle" if live is not None else "the stored solution"
+                why = f" ({env._reason})" if env._reason else ""
+                return f"{which} ends with {outcome.value}{why}"
             env.reset(seed=0, options={"task_id": task.id})
             while env.outcome is Outcome.CONTINUE:
                 env.step(cls.noop_action)

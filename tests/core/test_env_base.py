@@ -228,3 +228,14 @@ def test_state_visits_count_loops(env) -> None:
     assert env.step("add(n=1)")[4]["state_visits"] == 1
     assert env.step("peek()")[4]["state_visits"] == 2
     assert env.step("add(n=-1)")[4]["state_visits"] == 2  # back at 0, seen at reset
+
+
+def test_validation_uses_the_live_oracle_when_no_solution_is_stored() -> None:
+    import dataclasses
+
+    from tests.core.counter_env import CounterEnv, make_task
+
+    live = dataclasses.replace(make_task(target=3), solution=())
+    assert CounterEnv.validate_task(live) is None  # the oracle counts to 3
+    short = dataclasses.replace(make_task(target=3), solution=("add(n=1)",))
+    assert "stored solution ends with continue" in (CounterEnv.validate_task(short) or "")
