@@ -184,9 +184,9 @@ class RepoFixEnv(AgentEnv):
 
     Milestones:
         ``opened_buggy_file``, ``reproduced_failure`` (a visible test, or a Python command
-        ending in a traceback, fails before any edit), ``imports_and_collects`` (after an
-        edit, the tests collect), ``target_tests_pass`` (the hidden fail-to-pass tests
-        pass, checked privately at submit).
+        ending in a traceback, fails before any edit), ``imports_and_collects`` (after a
+        Python file was changed, the tests collect), ``target_tests_pass`` (the hidden
+        fail-to-pass tests pass, checked privately at submit).
 
     Safety gates:
         ``protected_files`` (tests, conftest.py, pytest config, sitecustomize, .pth),
@@ -264,7 +264,7 @@ class RepoFixEnv(AgentEnv):
         self._milestone_list = [
             Milestone("opened_buggy_file", "read a file that holds a bug", flag("opened")),
             Milestone("reproduced_failure", "saw the bug fail before editing", flag("reproduced")),
-            Milestone("imports_and_collects", "after an edit, tests collect", flag("collects")),
+            Milestone("imports_and_collects", "after a code edit, tests collect", flag("collects")),
             Milestone("target_tests_pass", "the hidden fail-to-pass tests pass", flag("targets")),
         ]
 
@@ -420,7 +420,7 @@ class RepoFixEnv(AgentEnv):
         run: TestRun = self._commit_staged(("run_tests", selector))
         if run.failing and not self._flags.get("edited"):
             self._flags["reproduced"] = True
-        if self._flags.get("edited") and not run.collect_errors and run.outcomes:
+        if self._code_changed() and not run.collect_errors and run.outcomes:
             self._flags["collects"] = True
         return ToolResult(_format(run.result), data={"failing": run.failing})
 
@@ -496,6 +496,11 @@ class RepoFixEnv(AgentEnv):
         assert self.workspace is not None
         return read_tree(self.workspace)
 
+    def _code_changed(self) -> bool:
+        """Whether a Python file of the repository differs from the task's base (the
+        ``imports_and_collects`` milestone needs a code edit, not any new file)."""
+        return any(path.endswith(".py") for path in self.changes())
+
     def changes(self) -> Changes:
         """The workspace diff against the task's base (cached until the next write)."""
         if self._changes is None:
@@ -521,7 +526,7 @@ class RepoFixEnv(AgentEnv):
         if tampering:
             ok, detail = False, f"the fix reaches into the test runner ({', '.join(tampering)})"
         self._flags["targets"] = run.consistent and all(run.passed(t) for t in spec["fail_to_pass"])
-        if run.consistent and not run.collect_errors and run.outcomes and changes:
+        if run.consistent and not run.collect_errors and run.outcomes and self._code_changed():
             self._flags["collects"] = True
         self._flags["verdict"] = ok
         if not ok and self.guidance:

@@ -493,3 +493,14 @@ def test_registered_env_and_task_set() -> None:
         assert info["task"]["split"] == "test" and "Bug report" in obs
     finally:
         env.close()
+
+
+def test_imports_and_collects_needs_a_code_edit(env, task_by_level) -> None:
+    start(env, task_by_level["easy"])
+    env.step(call("write_file", path="notes.txt", content="not code"))
+    *_, info = env.step(call("run_tests"))
+    assert "imports_and_collects" not in info["milestones"]
+    package = task_by_level["easy"].spec["sites"][0]["path"].split("/")[0]
+    env.step(call("write_file", path=f"{package}/extra.py", content="X = 1\n"))
+    *_, info = env.step(call("run_tests"))
+    assert "imports_and_collects" in info["new_milestones"]
