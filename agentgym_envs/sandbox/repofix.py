@@ -257,7 +257,8 @@ class RepoFixEnv(AgentEnv):
         self._mutated: frozenset[str] = frozenset()
         self._flags: dict[str, Any] = {}
         self._changes: Changes | None = None  # cached workspace diff (None: stale)
-        self._staged: tuple[str, Path, Any] | None = None  # (call key, copy, result)
+        # (call key, copy, result, the copy's tree) of the command the gate just ran
+        self._staged: tuple[str, Path, Any, dict[str, str]] | None = None
         self._failure: str | None = None  # why the sandbox itself failed
         self._sandbox = self.backend.describe()
         flag = self._flag
@@ -459,10 +460,11 @@ class RepoFixEnv(AgentEnv):
             else:  # "--": a selector is a path or test id, never a pytest option
                 result = self.runner.run(copy, ["--", key[1] or "tests"], timeout_s=60)
         except Exception as exc:  # the sandbox failed: the tool reports it as env_error
-            self._staged = (json.dumps(key), copy, exc)
+            self._staged = (json.dumps(key), copy, exc, {})
             return None
-        self._staged = (json.dumps(key), copy, result)
-        changes = diff_trees(self._tree(), read_tree(copy))
+        after = read_tree(copy)
+        self._staged = (json.dumps(key), copy, result, after)
+        changes = diff_trees(self._tree(), after)
         for relative, text in changes.items():
             if is_protected(relative):
                 return f"the command changed {relative}, a test or test-configuration file"
@@ -475,13 +477,13 @@ class RepoFixEnv(AgentEnv):
         staged, self._staged = self._staged, None
         if staged is None or staged[0] != json.dumps(key):
             raise SandboxError("a command reached its tool without being staged first")
-        _, copy, result = staged
+        _, copy, result, after = staged
         if isinstance(result, Exception):
             shutil.rmtree(copy, ignore_errors=True)
             raise SandboxError(f"the sandbox failed: {type(result).__name__}: {result}")
         self.workspace = self.spaces.promote(copy)
-        self._changes = None
-        if diff_trees(self._initial, read_tree(self.workspace)):
+        self._changes = diff_trees(self._initial, after)  # the tree the gate already read
+        if self._changes:
             self._flags["edited"] = True
         return result
 

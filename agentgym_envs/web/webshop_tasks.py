@@ -374,12 +374,11 @@ class Check:
 def milestones(spec: Mapping[str, Any]) -> list[Check]:
     """The template's milestones: pages that had to be seen, rows that had to change."""
     t = spec["template"]
-    seen = _seen
     if t == "buy":
         variant = spec["variant"]
         return [
             Check(
-                "viewed_product", "opened the product's page", seen(f"/product/{spec['product']}")
+                "viewed_product", "opened the product's page", _seen(f"/product/{spec['product']}")
             ),
             Check(
                 "cart_correct",
@@ -395,7 +394,7 @@ def milestones(spec: Mapping[str, Any]) -> list[Check]:
         ]
     if t == "address":
         return [
-            Check("opened_addresses", "opened the address book", seen("/account/addresses")),
+            Check("opened_addresses", "opened the address book", _seen("/account/addresses")),
             Check(
                 "address_set", "the address holds the new values", lambda c, v: goal(c, spec, None)
             ),
@@ -403,22 +402,22 @@ def milestones(spec: Mapping[str, Any]) -> list[Check]:
     if t == "cancel":
         return [
             Check(
-                "viewed_order", "opened the order's page", seen(f"/account/orders/{spec['order']}")
+                "viewed_order", "opened the order's page", _seen(f"/account/orders/{spec['order']}")
             ),
             Check("order_cancelled", "the order is cancelled", lambda c, v: goal(c, spec, None)),
         ]
     if t == "review":
         return [
             Check(
-                "viewed_product", "opened the product's page", seen(f"/product/{spec['product']}")
+                "viewed_product", "opened the product's page", _seen(f"/product/{spec['product']}")
             ),
             Check(
-                "review_form", "opened the review form", seen(f"/product/{spec['product']}/review")
+                "review_form", "opened the review form", _seen(f"/product/{spec['product']}/review")
             ),
         ]
     products = spec["products"] if t == "compare" else [spec["product"]]
     return [
-        Check(f"viewed_product_{i + 1}", f"opened product {p}'s page", seen(f"/product/{p}"))
+        Check(f"viewed_product_{i + 1}", f"opened product {p}'s page", _seen(f"/product/{p}"))
         for i, p in enumerate(products)
     ]
 
