@@ -25,6 +25,7 @@ from agentgym_envs.business.policy import Rule, RuleGate, policy_document
 from agentgym_envs.business.user import Request, SimulatedUser, UserGoal, write_key
 from agentgym_envs.core.env import AgentEnv
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.faults import REFUSED_KINDS, FaultKind
 from agentgym_envs.core.tasks import Task
 from agentgym_envs.core.tools import IDEMPOTENCY_KEY, ToolCall, ToolKind, ToolResult, tool
 from agentgym_envs.core.verifiers import Milestone
@@ -402,15 +403,17 @@ class BusinessEnv(AgentEnv):
 
 class PlanOracle:
     """Follows the task's gold conversation, repeating a call the infrastructure failed
-    (timeout, rate limit, empty result; the same idempotency key makes a repeated write
-    safe). After a snapshot restore it finds its place by matching the env's history."""
+    (timeout, rate limit, empty result, or another refused fault; the same idempotency
+    key makes a repeated write safe). After a snapshot restore it finds its place by
+    matching the env's history."""
 
     _RETRY = ("timeout", "rate_limited")
+    _REPEAT = frozenset(k.value for k in REFUSED_KINDS | {FaultKind.EMPTY_RESULT})
 
     def __init__(self, env: BusinessEnv) -> None:
         self.env = env
         self._plan = env.task.solution
-        self._canon = [env.parser.parse(a).canonical for a in self._plan]
+        self._canon = [env.parser.parse(env.localize_action(a)).canonical for a in self._plan]
         self._index = self._position()
 
     def _position(self) -> int:
@@ -424,7 +427,7 @@ class PlanOracle:
         info = self.env.last_info
         if info is not None and self._index > 0 and info["step"] == self.env.steps_taken:
             calls = info["tool_calls"]
-            faulted = any(c["fault"] == "empty_result" for c in calls)
+            faulted = any(c["fault"] in self._REPEAT for c in calls)
             if info["error"].get("code") in self._RETRY or faulted:
                 return self._plan[self._index - 1]
         if self._index >= len(self._plan):

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from agentgym_envs.core.errors import TransientToolError
-from agentgym_envs.core.faults import FaultConfig, FaultKind
+from agentgym_envs.core.faults import REFUSED_KINDS, FaultConfig, FaultKind
 from agentgym_envs.core.gates import GateMode, SafetyGate
 from agentgym_envs.core.info import ErrorCode, Outcome, SafetyInfo, ToolStatus
 from agentgym_envs.core.tools import IDEMPOTENCY_KEY, Tool, ToolCall, ToolKind, ToolResult
@@ -60,6 +60,11 @@ class CallRunner:
         self._rng: np.random.Generator | None = None
         self._replays: dict[str, tuple[str, dict[str, Any], ToolResult]] = {}
 
+    def configure(self, faults: FaultConfig | None) -> None:
+        """Use ``faults`` from the next :meth:`start_episode` on (none until then)."""
+        self.faults = faults if faults is not None and faults.rate > 0 else None
+        self._rng = None
+
     def start_episode(self, seed: int) -> None:
         """Forget idempotency keys; reseed the fault RNG from the episode seed."""
         self._replays = {}
@@ -90,8 +95,8 @@ class CallRunner:
             if verdict is not None:
                 return _gated(call, verdict.gate, verdict.mode, verdict.reason)
         fault, after = self._draw_fault(spec)
-        if fault is FaultKind.RATE_LIMIT or (fault is FaultKind.TIMEOUT and not after):
-            return self._faulted(spec, fault)
+        if fault in REFUSED_KINDS or (fault is FaultKind.TIMEOUT and not after):
+            return self._faulted(spec, fault, call)
         if fault is FaultKind.TRANSIENT and self._transient_outlasts_retries():
             return CallRecord(ToolStatus.ENV_ERROR, None, Outcome.ENV_ERROR, fault=fault.value,
                               failure=f"tool {call.name}: injected transient fault outlasted "
@@ -108,7 +113,7 @@ class CallRunner:
             return record
         record.fault = fault.value
         if fault is FaultKind.TIMEOUT:  # it ran (a write committed), but the answer is lost
-            timed_out = self._faulted(spec, fault)
+            timed_out = self._faulted(spec, fault, call)
             timed_out.executed = True
             timed_out.committed = record.result
             return timed_out
@@ -179,12 +184,14 @@ class CallRunner:
         assert self.faults is not None and self._rng is not None
         return all(self._rng.random() < self.faults.rate for _ in range(self.retries))
 
-    def _faulted(self, spec: Tool, fault: FaultKind) -> CallRecord:
+    def _faulted(self, spec: Tool, fault: FaultKind, call: ToolCall) -> CallRecord:
         assert self.faults is not None
-        if fault is FaultKind.RATE_LIMIT:
-            result = ToolResult.failure(
-                "rate_limited", "The service is rate limited right now; try again."
-            )
+        if fault in _REFUSALS:
+            code, template = _REFUSALS[fault]
+            # name the tool as the agent sees it (renamed under tool OOD), and an argument
+            arg = next((f"argument '{k}'" for k in call.arguments if k != IDEMPOTENCY_KEY), "")
+            text = template.format(tool=spec.name, arg=arg or "the request")
+            result = ToolResult.failure(code, text)
             latency = spec.duration_ms
         else:
             result = ToolResult.failure(
@@ -195,6 +202,33 @@ class CallRunner:
             latency = self.faults.timeout_ms
         return CallRecord(ToolStatus.ERROR, result, cost=spec.cost, latency_ms=latency,
                           fault=fault.value)  # fmt: skip
+
+
+# refused faults: (error code, message); each says that nothing was applied and how to
+# get past it, as a real backend's error would
+_REFUSALS: dict[FaultKind, tuple[str, str]] = {
+    FaultKind.RATE_LIMIT: ("rate_limited", "The service is rate limited right now; try again."),
+    FaultKind.INVALID_ARGUMENT: (
+        "request_rejected",
+        "Request rejected (HTTP 422): the {tool} service could not validate {arg}. "
+        "Nothing was applied. Check the arguments and send the call again.",
+    ),
+    FaultKind.PERMISSION_DENIED: (
+        "permission_denied",
+        "Permission denied (HTTP 403): the session token for {tool} expired and has been "
+        "refreshed. Nothing was applied; retry the call.",
+    ),
+    FaultKind.STATE_CONFLICT: (
+        "conflict",
+        "Conflict (HTTP 409): the record changed while {tool} was processing it (version "
+        "mismatch). Nothing was applied; read the record again and retry.",
+    ),
+    FaultKind.TOOL_UNAVAILABLE: (
+        "unavailable",
+        "Service unavailable (HTTP 503): {tool} is down for maintenance. Nothing was "
+        "applied; try again in a moment.",
+    ),
+}
 
 
 def _gated(call: ToolCall, gate: str, mode: GateMode, reason: str) -> CallRecord:

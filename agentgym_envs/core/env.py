@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.state import EnvState, fingerprint
 from agentgym_envs.core.tasks import DEFAULT_COUNTS, SPLITS, Task, TaskSet, load_task_set
 from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
+from agentgym_envs.core.variants import Variant, check_variant, localize, localizing, rename_calls
 from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
 
 logger = logging.getLogger(__name__)
@@ -100,6 +100,10 @@ class AgentEnv(gym.Env[str, str], ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.toolset = ToolSet.from_class(cls)
+        own = cls.__dict__.get("oracle")
+        if own is not None and not getattr(own, "__isabstractmethod__", False):
+            # under a tool variant, oracle actions use the renamed tools (core.variants)
+            setattr(cls, "oracle", localizing(own))  # noqa: B010  (mypy: no method assign)
 
     def __init__(
         self,
@@ -158,6 +162,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.parser = self._parser_for(self.toolset)
         self.gates: list[SafetyGate] = []
         self._renamed: dict[str, ToolSet] = {}
+        self._tool_variant: Variant | None = None
         self.ledger = CostLedger()
         self._tally = RewardTally()
         self._task: Task | None = None
@@ -175,8 +180,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._closed = False
         self.last_info: StepInfo | None = None  # what the last step returned (oracles)
         self._versions = {
-            "env": f"{self.name}-v{self.version}{self.variant()}"
-            + (self.calls.faults.tag if self.calls.faults else ""),
+            "env": self._env_version(),
             "tools": self.toolset.fingerprint,
             "reward": self.reward_config.version_tag,
             "verifier": self.verifier_version,
@@ -348,6 +352,8 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     def _system_prompt(self) -> str:
         rules = self.system_rules()
+        if self._tool_variant is not None:  # the rules name tools too: follow the variant
+            rules = rename_calls(self.toolset, rules)
         example = f"\nExample: {self._example()}" if self.example_action else ""
         parts = [rules] if rules else []
         parts += [f"Tools:\n{self.toolset.describe()}", _FORMAT_NOTE + example]
@@ -463,6 +469,41 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._closed = True
         self._close()
 
+    # -- configuration between episodes ------------------------------------------------
+
+    def configure_faults(self, config: FaultConfig | Mapping[str, Any] | None) -> None:
+        """Replace the fault config (``core.faults``; None: no faults) from the next
+        ``reset`` on, when its RNG is seeded; ``info["versions"]["env"]`` names it.
+        Raises ConfigError for an invalid config."""
+        self.faults = FaultConfig.coerce(config)
+        self.calls.configure(self.faults)
+        self._versions["env"] = self._env_version()
+
+    def set_tool_variant(
+        self, names: Mapping[str, str] | None = None, descriptions: Mapping[str, str] | None = None
+    ) -> None:
+        """Rename (``names``: canonical -> shown) and re-describe (``descriptions``) tools
+        from the next ``reset`` on (tool OOD), over a task's own renames. The parser,
+        ``info["tools"]`` and the system prompt follow; :meth:`oracle` actions are
+        rewritten (:meth:`localize_action`). No arguments: drop the variant.
+
+        Raises:
+            ConfigError: an unknown tool, a name that is no identifier, a name clash.
+        """
+        self._tool_variant = check_variant(type(self).toolset, names, descriptions, self.name)
+
+    @property
+    def tool_variant(self) -> Variant | None:
+        """The (names, descriptions) set by :meth:`set_tool_variant`, or None."""
+        v = self._tool_variant
+        return None if v is None else (dict(v[0]), dict(v[1]))
+
+    def localize_action(self, action: str) -> str:
+        """Under a renaming tool variant, an action that calls tools by canonical (or the
+        task's) names, rewritten in JSON form to call them by the names the agent sees.
+        Anything else (messages, unknown names, unparsable text) comes back unchanged."""
+        return action if self._task is None else localize(self, action)
+
     # -- snapshots ---------------------------------------------------------------------
 
     def get_state(self) -> EnvState:
@@ -545,6 +586,11 @@ class AgentEnv(gym.Env[str, str], ABC):
     def milestones_reached(self) -> tuple[str, ...]:
         return tuple(self._tracker.reached)
 
+    @property
+    def action_history(self) -> tuple[str, ...]:
+        """The canonical form of each action taken this episode (for dedup and replay)."""
+        return tuple(self._history)
+
     # -- internals ---------------------------------------------------------------------
 
     def _start(self, task: Task) -> None:
@@ -563,11 +609,11 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     def _example(self) -> str:
         """``example_action`` with the tool names this episode uses."""
-        example = self.example_action
-        for spec in self.toolset.values():
-            if spec.name != spec.canonical:
-                example = re.sub(rf"\b{spec.canonical}\(", f"{spec.name}(", example)
-        return example
+        return rename_calls(self.toolset, self.example_action)
+
+    def _env_version(self) -> str:
+        faults = self.calls.faults
+        return f"{self.name}-v{self.version}{self.variant()}" + (faults.tag if faults else "")
 
     def _parser_for(self, tools: ToolSet) -> ActionParser:
         return ActionParser(
@@ -583,9 +629,14 @@ class AgentEnv(gym.Env[str, str], ABC):
         spec = task.spec if isinstance(task.spec, Mapping) else {}
         names = spec.get("tool_names") or {}
         described = spec.get("tool_descriptions") or {}
+        if self._tool_variant is not None:  # the variant overrides the task's renames
+            names = {**names, **self._tool_variant[0]}
+            described = {**described, **self._tool_variant[1]}
         key = json.dumps([names, described], sort_keys=True)
         tools = type(self).toolset if not (names or described) else self._renamed.get(key)
         if tools is None:
+            if len(self._renamed) >= 256:  # per-episode variants must not grow it forever
+                self._renamed.clear()
             tools = self._renamed[key] = type(self).toolset.renamed(names, described)
         if tools is not self.toolset:
             self.toolset = tools

@@ -14,6 +14,18 @@ and snapshots restore it.
 - ``transient_error``: the env retries the backend (``tool_retries``); every attempt
   fails again with probability ``rate``, and a fault that outlasts the retry budget
   ends the episode with ``ENV_ERROR`` (never a policy failure).
+
+Four more kinds are refused before the tool runs, each with the error a real backend
+gives and that a retry (or a re-read, then a retry) gets past. They are opt-in: the
+default ``kinds`` are the four above, so existing configs draw exactly as before.
+
+- ``invalid_argument``: the backend's validator spuriously rejects an argument
+  (error code ``request_rejected``).
+- ``permission_denied``: the session's credentials expired and are refreshed
+  (``permission_denied``).
+- ``state_conflict``: a concurrent update changed the record, an optimistic lock
+  (``conflict``).
+- ``tool_unavailable``: the tool's service is down for a moment (``unavailable``).
 """
 
 from __future__ import annotations
@@ -32,6 +44,29 @@ class FaultKind(StrEnum):
     RATE_LIMIT = "rate_limit"
     EMPTY_RESULT = "empty_result"
     TRANSIENT = "transient_error"
+    INVALID_ARGUMENT = "invalid_argument"
+    PERMISSION_DENIED = "permission_denied"
+    STATE_CONFLICT = "state_conflict"
+    TOOL_UNAVAILABLE = "tool_unavailable"
+
+
+# the kinds a FaultConfig draws from unless told otherwise (oracles and tests rely on it)
+DEFAULT_KINDS: tuple[FaultKind, ...] = (
+    FaultKind.TIMEOUT,
+    FaultKind.RATE_LIMIT,
+    FaultKind.EMPTY_RESULT,
+    FaultKind.TRANSIENT,
+)
+# kinds refused before the tool runs: nothing changes, the agent gets an error to retry
+REFUSED_KINDS: frozenset[FaultKind] = frozenset(
+    {
+        FaultKind.RATE_LIMIT,
+        FaultKind.INVALID_ARGUMENT,
+        FaultKind.PERMISSION_DENIED,
+        FaultKind.STATE_CONFLICT,
+        FaultKind.TOOL_UNAVAILABLE,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -40,12 +75,14 @@ class FaultConfig:
 
     Attributes:
         rate: probability that a tool call meets a fault (0 disables injection).
-        kinds: the kinds drawn from, uniformly (``empty_result`` only hits READ tools).
+        kinds: the kinds drawn from, uniformly (``empty_result`` only hits READ tools);
+            ``DEFAULT_KINDS`` (timeout, rate_limit, empty_result, transient_error) unless
+            given.
         timeout_ms: virtual time a timeout costs.
     """
 
     rate: float = 0.0
-    kinds: tuple[FaultKind, ...] = tuple(FaultKind)
+    kinds: tuple[FaultKind, ...] = DEFAULT_KINDS
     timeout_ms: float = 30_000.0
 
     def __post_init__(self) -> None:

@@ -39,7 +39,9 @@ PRINTABLE_CHARSET: str = "\n\t" + "".join(
 )
 """Every character an observation may contain."""
 
-_DISALLOWED = re.compile("[^\n\t" + "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in _BLOCKS) + "]")
+# the exact complement of the charset: the blocks hold a few non-printable characters
+# (soft hyphen, line/paragraph separators, invisible operators) that must be escaped too
+_DISALLOWED = re.compile("[^" + "".join(re.escape(ch) for ch in PRINTABLE_CHARSET) + "]")
 _DISALLOWED_ASCII = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 TRUNCATION_MARKER = "\n...[truncated]"
 

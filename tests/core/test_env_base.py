@@ -239,3 +239,15 @@ def test_validation_uses_the_live_oracle_when_no_solution_is_stored() -> None:
     assert CounterEnv.validate_task(live) is None  # the oracle counts to 3
     short = dataclasses.replace(make_task(target=3), solution=("add(n=1)",))
     assert "stored solution ends with continue" in (CounterEnv.validate_task(short) or "")
+
+
+def test_sanitize_escapes_every_character_outside_the_charset() -> None:
+    # the charset's blocks hold non-printable characters (soft hyphen, line separator);
+    # every code point must come out inside the space
+    from agentgym_envs.core.spaces import TextSpace, sanitize
+
+    space = TextSpace(64)
+    for code in (*range(0x0, 0x3000), 0xFEFF, 0x1F600):
+        out = sanitize(chr(code), 64)
+        assert space.contains(out), hex(code)
+    assert sanitize("a\xadb\u2028", 64) == "a\\u00adb\\u2028"
