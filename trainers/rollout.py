@@ -82,6 +82,13 @@ class Trajectory:
     context: dict[str, Any] = field(default_factory=dict)
     retok_mismatches: int = 0
     error: str | None = None
+    # the chat as text, for the trajectory store: system prompt, then the observation
+    # before each action and the one after the last
+    system: str = ""
+    observations: list[str] = field(default_factory=list)
+    milestones: list[str] = field(default_factory=list)
+    cost: dict[str, Any] = field(default_factory=dict)
+    started_at: float = 0.0
 
     @property
     def ret(self) -> float:
@@ -108,6 +115,11 @@ class Trajectory:
             "durations_s": self.durations_s,
             "context": self.context,
             "retok_mismatches": self.retok_mismatches,
+            "system": self.system,
+            "observations": self.observations,
+            "milestones": self.milestones,
+            "cost": self.cost,
+            "started_at": self.started_at,
             "tokens": [len(s.ids) for s in self.segments],
             "agent_tokens": [s.agent_tokens for s in self.segments],
         }
@@ -240,7 +252,7 @@ class RolloutRunner:
     # -- one episode -----------------------------------------------------------------------
 
     def _start(self, slot: int, job: Job, version: int, stats: RolloutStats) -> _Episode:
-        traj = Trajectory(job=job, policy_version=version)
+        traj = Trajectory(job=job, policy_version=version, started_at=time.time())
         traj.context = {"policy": self.context_policy, "dropped_turns": 0, "truncated": False}
         env = self.envs[slot]
         start = time.perf_counter()
@@ -255,6 +267,7 @@ class RolloutRunner:
         episode = _Episode(env=env, traj=traj, system=system, task_obs=obs)
         traj.versions = dict(info.get("versions") or {})
         traj.seeds = {k: v for k, v in (info.get("seeds") or {}).items()}
+        traj.system, traj.observations = system, [obs]
         episode.env_time_ms = float((info.get("cost") or {}).get("env_time_ms", 0.0))
         episode.messages = self._head(episode, summary=None)
         episode.segment = Segment(self.chat.render_ids(episode.messages, True), [], [])
@@ -291,6 +304,9 @@ class RolloutRunner:
         traj.outcome = str(getattr(outcome, "value", outcome))
         traj.valid = bool(info.get("episode_valid", True)) and traj.outcome != "env_error"
         traj.success = traj.outcome == "success"
+        traj.observations.append(obs)
+        traj.milestones = list(info.get("milestones") or traj.milestones)
+        traj.cost = dict(info.get("cost") or traj.cost)
         if terminated or truncated:
             if traj.outcome == "continue":  # e.g. a TimeLimit wrapper cut the episode
                 traj.outcome = "timeout"

@@ -66,9 +66,10 @@ def oracle_episode(
     while True:
         action = oracle.act()
         actions.append(action)
-        result = env.step(action)
+        o, r, terminated, truncated, i = env.step(action)
+        result = (o, float(r), terminated, truncated, i)
         steps.append(result)
-        if result[2] or result[3]:
+        if terminated or truncated:
             return obs, info, actions, steps
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,9 +18,12 @@ from agentgym_envs.core.errors import ConfigError
 _WORDS = "north south east west key door box up down left right lamp red blue item the a x"
 
 
-def _agent_env(env: gym.Env[Any, Any]) -> AgentEnv:
+def _agent_env(env: gym.Env[Any, Any]) -> Any:
     inner = env.unwrapped
-    if not isinstance(inner, AgentEnv):
+    # an evaluator's worker-process slot stands in for its env (oracle() and noop_action)
+    if not isinstance(inner, AgentEnv) and not (
+        hasattr(inner, "oracle") and hasattr(inner, "noop_action")
+    ):
         raise ConfigError(
             f"this policy needs agentgym envs (AgentEnv), got {type(inner).__name__}; "
             "make them with gym.make('agentgym/<Name>-v0')"
@@ -75,7 +79,7 @@ class NoopPolicy(ScriptedPolicy):
     name = "noop"
 
     def __init__(self, envs: Sequence[gym.Env[Any, Any]]) -> None:
-        self._actions = [_agent_env(e).noop_action for e in envs]
+        self._actions = [str(_agent_env(e).noop_action) for e in envs]
 
     def act_one(self, slot: int, info: Mapping[str, Any]) -> str:
         return self._actions[slot]
@@ -91,12 +95,28 @@ class RandomPolicy(ScriptedPolicy):
     name = "random"
 
     def __init__(self, seed: int = 0) -> None:
+        self._seed = seed
         self._rng = np.random.default_rng(seed)
+        self._rngs: dict[int, np.random.Generator] = {}
+
+    def reset(self, indices: Sequence[int]) -> None:
+        for i in indices:
+            self._rngs.pop(i, None)
 
     def act_one(self, slot: int, info: Mapping[str, Any]) -> str:
         tools: Sequence[Mapping[str, Any]] = info.get("tools", [])
         if not tools:
             return ""
+        # each episode draws from its own stream, keyed by the policy seed and the
+        # episode's env seed and task: its actions do not depend on which other episodes
+        # share the batch or in what order they ran (so evaluations replay exactly)
+        rng = self._rngs.get(slot)
+        if rng is None:
+            env_seed = int((info.get("seeds") or {}).get("env") or 0) % 2**63
+            task_id = str((info.get("task") or {}).get("id", ""))
+            key = [self._seed, env_seed, zlib.crc32(task_id.encode())]
+            rng = self._rngs[slot] = np.random.default_rng(key)
+        self._rng = rng
         fn = tools[int(self._rng.integers(len(tools)))]["function"]
         params = fn.get("parameters", {})
         required = set(params.get("required", []))

@@ -16,6 +16,7 @@ from gymnasium.utils.env_checker import check_env
 
 from agentgym_envs.cli import main
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.store import TrajectoryStore
 from trainers.config import TrainConfig, field_docs, parse
 from trainers.envs import DigitFractionEnv, register
 from trainers.run import train
@@ -76,12 +77,22 @@ def test_agentgym_train_runs_end_to_end_on_frozenlake(tmp_path: Path, capsys: An
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     rl = [m for m in metrics if "reward" in m]
     assert [m["step"] for m in rl] == [1, 2]
-    trajs = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
-    assert len(trajs) == 2 * 2 * 2
-    for t in trajs:
-        assert {"task_id", "seeds", "policy_version", "versions", "reward_components"} <= set(t)
-        assert {"outcome", "valid", "context", "retok_mismatches"} <= set(t)
-        assert t["versions"]["task_set"]
+    with TrajectoryStore(run / "trajectories.sqlite") as store:
+        episodes = [ep for _, ep in store.query()]
+    # episodes with the same task and actions are stored once (the store's dedup key)
+    assert 0 < len(episodes) <= 2 * 2 * 2
+    assert len({(ep.task_id, tuple(ep.actions)) for ep in episodes}) == len(episodes)
+    assert {ep.extra["step"] for ep in episodes} <= {0, 1}
+    for ep in episodes:
+        assert ep.env_id == "agentgym/FrozenLake-v0" and ep.task_id and ep.seeds["env"] >= 0
+        assert ep.versions["task_set"] and ep.policy_version and ep.reward_components
+        assert ep.outcome and {"context", "retok_mismatches", "group"} <= set(ep.extra)
+        # the chat as text: system prompt, first observation, then action/observation turns
+        assert [m["role"] for m in ep.messages[:2]] == ["system", "user"]
+        assert "Tools" in ep.messages[0]["content"]
+        assistant = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+        assert assistant == ep.actions
+        assert len(ep.messages) == 2 + 2 * len(ep.actions)
     assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -131,8 +142,10 @@ def test_data_parallel_with_two_gloo_processes(tmp_path: Path, tokenizer: Any) -
     assert summary["world_size"] == 2
     first, second = summary["replica_checksums"]
     assert first == second
-    ranks = [run / "trajectories.jsonl", run / "trajectories.rank1.jsonl"]
-    groups = [{json.loads(x)["group"] for x in p.read_text().splitlines()} for p in ranks]
+    groups = []
+    for name in ("trajectories.sqlite", "trajectories.rank1.sqlite"):
+        with TrajectoryStore(run / name) as store:
+            groups.append({ep.extra["group"] for _, ep in store.query()})
     assert groups[0] and groups[1] and not groups[0] & groups[1]  # each rank plays its share
 
 

@@ -1,0 +1,550 @@
+"""The trajectory store: finished episodes in one SQLite file (WAL), deduplicated.
+
+Each row is one :class:`StoredEpisode`: who played it (policy id and version), what it
+ran on (env, tool, reward, verifier and task-set versions, seeds), everything that was
+said (messages with the parsed tool calls, raw and canonical actions, state hashes) and
+how it went (rewards, reward components, outcome, validity, milestones, cost). Episodes
+are deduplicated by :meth:`StoredEpisode.dedup_key`.
+
+Durability: every :meth:`TrajectoryStore.add` commits before it returns. In WAL mode
+with ``synchronous=NORMAL`` (the default) a committed episode survives the writer being
+killed (``kill -9``); pass ``synchronous="FULL"`` to also survive a power cut, at the
+price of an fsync per commit.
+
+Several threads may share one store object (a lock serialises its connection), and
+several processes may write to the same file, each with its own ``TrajectoryStore``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from agentgym_envs.core.errors import AgentGymError, ConfigError
+from agentgym_envs.core.info import Outcome
+
+SCHEMA_VERSION = 1
+_JSON_FIELDS = (
+    "versions",
+    "seeds",
+    "messages",
+    "actions",
+    "canonical_actions",
+    "state_hashes",
+    "rewards",
+    "reward_components",
+    "milestones",
+    "cost",
+    "extra",
+)
+_SCALAR_FIELDS = (
+    "env_id",
+    "task_id",
+    "split",
+    "difficulty",
+    "policy",
+    "policy_version",
+    "run_id",
+    "outcome",
+    "priority",
+    "started_at",
+    "ended_at",
+)
+
+
+def _quote(column: str) -> str:
+    return f'"{column}"'  # an SQL identifier ("return" is a keyword)
+
+
+_COLUMNS = ("dedup_key", *_SCALAR_FIELDS, "success", "valid", "steps", "return", *_JSON_FIELDS)
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS episodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dedup_key TEXT NOT NULL UNIQUE,
+    env_id TEXT NOT NULL, task_id TEXT NOT NULL, split TEXT NOT NULL,
+    difficulty TEXT NOT NULL, policy TEXT NOT NULL, policy_version TEXT NOT NULL,
+    run_id TEXT NOT NULL, outcome TEXT NOT NULL, priority REAL NOT NULL,
+    started_at REAL NOT NULL, ended_at REAL NOT NULL,
+    success INTEGER NOT NULL, valid INTEGER NOT NULL, steps INTEGER NOT NULL,
+    "return" REAL NOT NULL,
+    {", ".join(f"{name} TEXT NOT NULL" for name in _JSON_FIELDS)}
+);
+CREATE INDEX IF NOT EXISTS episodes_env ON episodes (env_id);
+CREATE INDEX IF NOT EXISTS episodes_task ON episodes (task_id);
+CREATE INDEX IF NOT EXISTS episodes_policy ON episodes (policy);
+CREATE INDEX IF NOT EXISTS episodes_run ON episodes (run_id);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');
+"""
+_INSERT = (
+    f"INSERT OR IGNORE INTO episodes ({', '.join(_quote(c) for c in _COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
+_READ = (*_SCALAR_FIELDS, "valid", *_JSON_FIELDS)
+_SELECT = f"SELECT id, {', '.join(_quote(c) for c in _READ)} FROM episodes"
+
+
+class EpisodeNotFoundError(AgentGymError, KeyError):
+    """No episode has this id in the store."""
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass
+class StoredEpisode:
+    """One finished episode as plain, JSON-able data.
+
+    Attributes:
+        env_id: the registered env id (``agentgym/Sokoban-v0``).
+        task_id: the task played.
+        split: the task's split.
+        difficulty: the task's difficulty.
+        policy: the policy id (``oracle``, ``hf:smollm2``).
+        policy_version: a checkpoint or model fingerprint; ``""`` if none.
+        versions: ``info["versions"]`` (plus ``wrappers`` where a wrapper adds it).
+        seeds: ``info["seeds"]``.
+        messages: the chat: ``{"role", "content"}``; assistant messages also carry
+            ``tool_calls`` (that step's ``info["tool_calls"]``).
+        actions: the raw action texts.
+        canonical_actions: the env's canonical form of each action.
+        state_hashes: the world fingerprint after reset and after each step (``""``
+            where the env has none).
+        rewards: the step rewards.
+        reward_components: each reward component summed over the episode.
+        outcome: the final ``Outcome`` value (or a trainer's own, e.g. ``context_limit``).
+        valid: False where the episode must be masked from training (env error).
+        milestones: the milestones reached, in order.
+        cost: the final cost ledger (``info["cost"]``).
+        started_at: unix time of the reset.
+        ended_at: unix time of the last step.
+        priority: a replay or curation priority.
+        run_id: groups the episodes of one evaluation or training run.
+        extra: anything else (tokens, trial number, sampling settings).
+    """
+
+    env_id: str
+    task_id: str
+    split: str
+    difficulty: str
+    policy: str
+    policy_version: str
+    versions: dict[str, str]
+    seeds: dict[str, int]
+    messages: list[dict[str, Any]]
+    actions: list[str]
+    canonical_actions: list[str]
+    state_hashes: list[str]
+    rewards: list[float]
+    reward_components: dict[str, float]
+    outcome: str
+    valid: bool
+    milestones: list[str]
+    cost: dict[str, Any]
+    started_at: float
+    ended_at: float
+    priority: float = 0.0
+    run_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        """True when the episode ended in success."""
+        return self.outcome == Outcome.SUCCESS
+
+    @property
+    def steps(self) -> int:
+        """The number of actions taken."""
+        return len(self.actions)
+
+    @property
+    def episode_return(self) -> float:
+        """The undiscounted return (sum of the step rewards)."""
+        return float(sum(self.rewards))
+
+    def dedup_key(self) -> str:
+        """sha256 of (env_id, task_id, canonical actions, state hashes)."""
+        key = [self.env_id, self.task_id, self.canonical_actions, self.state_hashes]
+        return hashlib.sha256(_dumps(key).encode()).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as a plain dict (what :meth:`from_json` reads back)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StoredEpisode:
+        """Build an episode from :meth:`to_json` output (unknown keys are an error)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown StoredEpisode fields {unknown}; expected a subset of {sorted(names)}"
+            )
+        return cls(**data)
+
+
+class TrajectoryStore:
+    """Episodes in a SQLite file (created with its tables if missing).
+
+    Args:
+        path: the database file.
+        synchronous: SQLite's ``synchronous`` setting: ``NORMAL`` survives a killed
+            process, ``FULL`` also a power cut (an fsync per commit).
+        timeout_s: how long a writer waits for another process's lock.
+
+    Raises:
+        ConfigError: the file is not a trajectory store, or one from a newer version.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        timeout_s: float = 30.0,
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ConfigError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        # autocommit mode: each statement commits, add_many opens its own transaction
+        self._db: sqlite3.Connection | None = sqlite3.connect(
+            self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._setup(synchronous, timeout_s)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise ConfigError(
+                f"{self.path} is not a trajectory store ({exc}); pass a new file name or an "
+                "existing store written by TrajectoryStore"
+            ) from exc
+
+    def _setup(self, synchronous: str, timeout_s: float) -> None:
+        db = self._conn()
+        db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {synchronous}")
+        # one write transaction, so two processes creating the same store do not race
+        try:
+            db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        found = int(db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+        if found > SCHEMA_VERSION:
+            raise ConfigError(
+                f"{self.path} has trajectory-store schema {found}, this agentgym-envs reads "
+                f"up to {SCHEMA_VERSION}; upgrade agentgym-envs"
+            )
+
+    # -- writing -------------------------------------------------------------------------
+
+    def add(self, ep: StoredEpisode) -> int | None:
+        """Insert one episode and commit. Returns its row id, or None for a duplicate."""
+        row = _row(ep)
+        with self._lock:
+            cur = self._conn().execute(_INSERT, row)
+            return cur.lastrowid if cur.rowcount == 1 else None
+
+    def add_many(self, eps: Iterable[StoredEpisode]) -> list[int | None]:
+        """Insert episodes in one transaction; row ids in order (None for duplicates)."""
+        rows = [_row(ep) for ep in eps]
+        ids: list[int | None] = []
+        with self._lock:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for row in rows:
+                    cur = db.execute(_INSERT, row)
+                    ids.append(cur.lastrowid if cur.rowcount == 1 else None)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return ids
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get(self, episode_id: int) -> StoredEpisode:
+        """The episode with this row id.
+
+        Raises:
+            EpisodeNotFoundError: no such id.
+        """
+        with self._lock:
+            row = self._conn().execute(f"{_SELECT} WHERE id = ?", (int(episode_id),)).fetchone()
+        if row is None:
+            raise EpisodeNotFoundError(
+                f"no episode {episode_id} in {self.path}; list ids with `agentgym traj ls`"
+            )
+        return _episode(row)
+
+    def query(
+        self,
+        *,
+        env_id: str | None = None,
+        task_id: str | None = None,
+        policy: str | None = None,
+        run_id: str | None = None,
+        outcome: str | None = None,
+        success: bool | None = None,
+        valid: bool | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[tuple[int, StoredEpisode]]:
+        """Episodes matching every filter given (None means any), by row id."""
+        where, params = _where(env_id, task_id, policy, run_id, outcome, success, valid)
+        order = "DESC" if newest_first else "ASC"
+        sql = f"{_SELECT}{where} ORDER BY id {order}"
+        if limit is not None:
+            sql += f" LIMIT {max(int(limit), 0)}"
+        with self._lock:
+            rows = self._conn().execute(sql, params).fetchall()
+        return [(int(r[0]), _episode(r)) for r in rows]
+
+    def iter_episodes(
+        self,
+        *,
+        env_id: str | None = None,
+        task_id: str | None = None,
+        policy: str | None = None,
+        run_id: str | None = None,
+        outcome: str | None = None,
+        success: bool | None = None,
+        valid: bool | None = None,
+        batch: int = 256,
+    ) -> Iterator[tuple[int, StoredEpisode]]:
+        """Like :meth:`query` but streams in batches (for exports of large stores)."""
+        where, params = _where(env_id, task_id, policy, run_id, outcome, success, valid)
+        joiner = " AND" if where else " WHERE"
+        last = 0
+        while True:
+            sql = f"{_SELECT}{where}{joiner} id > ? ORDER BY id LIMIT {int(batch)}"
+            with self._lock:
+                rows = self._conn().execute(sql, [*params, last]).fetchall()
+            for r in rows:
+                yield int(r[0]), _episode(r)
+            if len(rows) < batch:
+                return
+            last = int(rows[-1][0])
+
+    def count(
+        self,
+        *,
+        env_id: str | None = None,
+        task_id: str | None = None,
+        policy: str | None = None,
+        run_id: str | None = None,
+        outcome: str | None = None,
+        success: bool | None = None,
+        valid: bool | None = None,
+    ) -> int:
+        """How many episodes match every filter given."""
+        where, params = _where(env_id, task_id, policy, run_id, outcome, success, valid)
+        with self._lock:
+            row = self._conn().execute(f"SELECT COUNT(*) FROM episodes{where}", params).fetchone()
+        return int(row[0])
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the file."""
+        with self._lock:
+            row = self._conn().execute("SELECT value FROM meta WHERE key='schema_version'")
+            return int(row.fetchone()[0])
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection. Idempotent."""
+        with self._lock:
+            if self._db is not None and os.getpid() == self._pid:
+                self._db.close()
+            self._db = None
+
+    def __enter__(self) -> TrajectoryStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise ConfigError(f"the trajectory store {self.path} is closed; open a new one")
+        if os.getpid() != self._pid:  # SQLite connections must not cross fork()
+            raise ConfigError(
+                f"this TrajectoryStore was opened in process {self._pid}; open a new "
+                f"TrajectoryStore({str(self.path)!r}) in each process"
+            )
+        return self._db
+
+
+# -- rows <-> episodes -------------------------------------------------------------------
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _row(ep: StoredEpisode) -> list[Any]:
+    scalars = [getattr(ep, name) for name in _SCALAR_FIELDS]
+    derived = [int(ep.success), int(bool(ep.valid)), ep.steps, ep.episode_return]
+    blobs = [_dumps(getattr(ep, name)) for name in _JSON_FIELDS]
+    return [ep.dedup_key(), *scalars, *derived, *blobs]
+
+
+def _episode(row: Sequence[Any]) -> StoredEpisode:
+    values = dict(zip(_READ, row[1:], strict=True))
+    for name in _JSON_FIELDS:
+        values[name] = json.loads(values[name])
+    values["valid"] = bool(values["valid"])
+    return StoredEpisode(**values)
+
+
+def _where(
+    env_id: str | None,
+    task_id: str | None,
+    policy: str | None,
+    run_id: str | None,
+    outcome: str | None,
+    success: bool | None,
+    valid: bool | None,
+) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (
+        ("env_id", env_id),
+        ("task_id", task_id),
+        ("policy", policy),
+        ("run_id", run_id),
+        ("outcome", None if outcome is None else str(outcome)),
+        ("success", None if success is None else int(success)),
+        ("valid", None if valid is None else int(valid)),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+# -- benchmark ---------------------------------------------------------------------------
+
+
+def bench_store(episodes: int = 1000, wrapper_episodes: int = 50) -> dict[str, float]:
+    """Time the store and the recording wrapper (measured, never asserted in tests).
+
+    Returns:
+        ``add_ms_mean``: one committed :meth:`TrajectoryStore.add` of a 20-step episode;
+        ``add_many_ms_per_episode``: the same episodes in one transaction;
+        ``bytes_per_episode``: database size per episode;
+        ``wrapper_step_overhead_ms``: what :class:`RecordingWrapper` adds to each step
+        of Sokoban played by its oracle (the write at episode end included).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        eps = [_bench_episode(i) for i in range(2 * episodes)]
+        with TrajectoryStore(Path(tmp) / "bench.sqlite") as store:
+            start = time.perf_counter()
+            for ep in eps[:episodes]:
+                store.add(ep)
+            add_s = time.perf_counter() - start
+            start = time.perf_counter()
+            store.add_many(eps[episodes:])
+            many_s = time.perf_counter() - start
+        size = sum(p.stat().st_size for p in Path(tmp).iterdir())
+        overhead_ms, steps = _bench_wrapper(Path(tmp) / "wrapper.sqlite", wrapper_episodes)
+    n = max(episodes, 1)
+    return {
+        "episodes": float(episodes),
+        "add_ms_mean": add_s * 1000.0 / n,
+        "add_many_ms_per_episode": many_s * 1000.0 / n,
+        "bytes_per_episode": size / (2 * n),
+        "wrapper_step_overhead_ms": overhead_ms,
+        "wrapper_steps": float(steps),
+    }
+
+
+def _bench_episode(i: int, steps: int = 20) -> StoredEpisode:
+    actions = [f'move(direction="{"lrud"[(i >> k) % 4]}")' for k in range(steps)]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "rules " * 100},
+        {"role": "user", "content": "board " * 30},
+    ]
+    for k, action in enumerate(actions):
+        call = {"name": "move", "arguments": {"direction": action[16]}, "call_id": f"call_{k}_0"}
+        messages += [
+            {"role": "assistant", "content": action, "tool_calls": [call]},
+            {"role": "user", "content": "board " * 30},
+        ]
+    return StoredEpisode(
+        env_id="bench/Store-v0",
+        task_id=f"task-{i % 50}",
+        split="test",
+        difficulty="easy",
+        policy="bench",
+        policy_version="",
+        versions={"env": "bench-v0"},
+        seeds={"env": i},
+        messages=messages,
+        actions=actions,
+        canonical_actions=actions,
+        state_hashes=[f"{i:08x}{k:04x}" for k in range(steps + 1)],
+        rewards=[0.0] * steps,
+        reward_components={"success": 1.0},
+        outcome="success",
+        valid=True,
+        milestones=[],
+        cost={"tool_calls": steps},
+        started_at=time.time(),
+        ended_at=time.time(),
+    )
+
+
+def _bench_wrapper(path: Path, episodes: int) -> tuple[float, int]:
+    """Per-step time outside the inner env: wrapper time minus inner step time."""
+    import gymnasium as gym
+
+    from agentgym_envs.wrappers.recording import RecordingWrapper
+
+    inner_s = 0.0
+
+    class _Timed(gym.Wrapper[str, str, str, str]):
+        def step(self, action: str) -> Any:
+            nonlocal inner_s
+            start = time.perf_counter()
+            out = self.env.step(action)
+            inner_s += time.perf_counter() - start
+            return out
+
+    with TrajectoryStore(path) as store:
+        env = RecordingWrapper(_Timed(gym.make("agentgym/Sokoban-v0")), store, policy="oracle")
+        outer_s, steps = 0.0, 0
+        for seed in range(episodes):
+            env.reset(seed=seed)
+            oracle = env.unwrapped.oracle()  # type: ignore[attr-defined]
+            done = False
+            while not done:
+                action = oracle.act()
+                start = time.perf_counter()
+                _, _, terminated, truncated, _ = env.step(action)
+                outer_s += time.perf_counter() - start
+                steps += 1
+                done = terminated or truncated
+        env.close()
+    return (outer_s - inner_s) * 1000.0 / max(steps, 1), steps

@@ -1,0 +1,231 @@
+"""Env slots for the evaluator: in this process, or each in a worker process.
+
+``isolation="process"`` runs every env slot in its own spawned process. A worker that
+dies (a segfault in a native library, an OOM kill, ``os._exit``) or hangs past
+``step_timeout_s`` costs one episode, recorded as ``env_error``; the slot starts a new
+worker at its next reset and the evaluation goes on. Scripted policies that need the
+live env (the oracle, do-nothing) work through the same pipe: the worker keeps the
+episode's oracle and answers ``oracle().act()`` calls.
+
+Only plain data crosses the pipe: action text in; observation, reward, flags and the
+info dict out.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium as gym
+
+from agentgym_envs.core.errors import AgentGymError
+
+logger = logging.getLogger(__name__)
+
+EnvFactory = Callable[[], gym.Env[Any, Any]]
+
+
+class EnvCrashed(AgentGymError, RuntimeError):
+    """The env (or its worker process) failed; the episode is an ``env_error``."""
+
+
+def _recorder(env: gym.Env[Any, Any]) -> Any:
+    """The RecordingWrapper in ``env``'s wrapper chain, if any."""
+    from agentgym_envs.wrappers.recording import RecordingWrapper
+
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, RecordingWrapper):
+            return env
+        env = env.env
+    return None
+
+
+class InlineSlot:
+    """An env slot in this process; exceptions from the env become :class:`EnvCrashed`."""
+
+    def __init__(self, factory: EnvFactory) -> None:
+        self.env = factory()
+        self._recorder = _recorder(self.env)
+        self.unwrapped = self.env.unwrapped
+
+    def reset(self, seed: int, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        try:
+            obs, info = self.env.reset(seed=seed, options=dict(options))
+        except Exception as exc:
+            logger.exception("env reset crashed")
+            raise EnvCrashed(f"reset failed: {type(exc).__name__}: {exc}") from exc
+        return obs, info
+
+    def step(
+        self, action: str, note: Mapping[str, Any] | None = None
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if note and self._recorder is not None:
+            self._recorder.note(**note)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as exc:
+            logger.exception("env step crashed")
+            raise EnvCrashed(f"step failed: {type(exc).__name__}: {exc}") from exc
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def close(self) -> None:
+        try:
+            self.env.close()
+        except Exception:  # closing a broken env must not stop the evaluation
+            logger.exception("env close failed")
+
+
+def _serve(conn: Connection, factory: EnvFactory) -> None:
+    """The worker's loop: build the env, then answer commands until ``close``."""
+    env = factory()
+    recorder = _recorder(env)
+    oracle: Any = None
+    while True:
+        try:
+            cmd, payload = conn.recv()
+        except EOFError:
+            break
+        try:
+            if cmd == "reset":
+                oracle = None
+                result: Any = env.reset(seed=payload[0], options=payload[1])
+            elif cmd == "step":
+                action, note = payload
+                if note and recorder is not None:
+                    recorder.note(**note)
+                obs, reward, terminated, truncated, info = env.step(action)
+                result = (obs, float(reward), bool(terminated), bool(truncated), info)
+            elif cmd == "oracle_act":
+                if oracle is None:
+                    oracle = env.unwrapped.oracle()  # type: ignore[attr-defined]
+                result = oracle.act()
+            elif cmd == "noop_action":
+                result = env.unwrapped.noop_action  # type: ignore[attr-defined]
+            elif cmd == "close":
+                env.close()
+                conn.send(("ok", None))
+                break
+            else:
+                raise ValueError(f"unknown worker command {cmd!r}")
+            conn.send(("ok", result))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    conn.close()
+
+
+class _RemoteOracle:
+    def __init__(self, slot: ProcessSlot) -> None:
+        self._slot = slot
+
+    def act(self) -> str:
+        text = self._slot.call("oracle_act", None)
+        assert isinstance(text, str)
+        return text
+
+
+class ProcessSlot:
+    """An env slot whose env lives in a worker process (started lazily, restarted after
+    a crash). It looks enough like an agentgym env for the scripted policies:
+    ``unwrapped`` is itself, with ``oracle()`` and ``noop_action``.
+
+    Args:
+        factory: builds the env inside the worker (must be picklable: a module-level
+            function or a ``functools.partial`` of one).
+        step_timeout_s: a command that takes longer kills the worker (``env_error``).
+    """
+
+    def __init__(self, factory: EnvFactory, step_timeout_s: float = 300.0) -> None:
+        self._factory = factory
+        self._timeout = step_timeout_s
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self.unwrapped = self
+        self.restarts = 0
+
+    # -- the scripted policies' view of an env ---------------------------------------
+
+    def oracle(self) -> _RemoteOracle:
+        return _RemoteOracle(self)
+
+    @property
+    def noop_action(self) -> str:
+        text = self.call("noop_action", None)
+        assert isinstance(text, str)
+        return text
+
+    # -- slot API ------------------------------------------------------------------------
+
+    def reset(self, seed: int, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        obs, info = self.call("reset", (seed, dict(options)))
+        return obs, info
+
+    def step(
+        self, action: str, note: Mapping[str, Any] | None = None
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        result = self.call("step", (action, dict(note or {})))
+        obs, reward, terminated, truncated, info = result
+        return obs, reward, terminated, truncated, info
+
+    def call(self, cmd: str, payload: Any) -> Any:
+        conn = self._ensure()
+        try:
+            conn.send((cmd, payload))
+            if not conn.poll(self._timeout):
+                self._kill()
+                raise EnvCrashed(f"env worker did not answer {cmd!r} in {self._timeout:g} s")
+            status, result = conn.recv()
+        except (EOFError, OSError, BrokenPipeError) as exc:
+            code = self._proc.exitcode if self._proc is not None else None
+            self._kill()
+            raise EnvCrashed(f"env worker died during {cmd!r} (exit code {code})") from exc
+        if status == "error":
+            raise EnvCrashed(f"env {cmd} failed in the worker: {result}")
+        return result
+
+    def close(self) -> None:
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("close", None))
+                if self._conn.poll(10):
+                    self._conn.recv()
+            except (EOFError, OSError):
+                pass
+        self._kill()
+
+    def _ensure(self) -> Connection:
+        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
+            return self._conn
+        if self._proc is not None:
+            self._kill()
+            self.restarts += 1
+        ctx = mp.get_context("spawn")  # fork is unsafe with the browser's driver thread
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, self._factory), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        return parent
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+
+
+def make_slots(
+    factory: EnvFactory, count: int, isolation: str, step_timeout_s: float = 300.0
+) -> Sequence[InlineSlot | ProcessSlot]:
+    """``count`` env slots built by ``factory``."""
+    if isolation == "inline":
+        return [InlineSlot(factory) for _ in range(count)]
+    if isolation == "process":
+        return [ProcessSlot(factory, step_timeout_s) for _ in range(count)]
+    raise ValueError(f"isolation must be 'inline' or 'process', got {isolation!r}")

@@ -1,0 +1,188 @@
+"""A wrapper that writes every finished episode to a :class:`TrajectoryStore`.
+
+Per step it only appends (the action, the observation, the step's tool calls, reward
+and state hash); the episode is encoded and inserted once, when a step returns
+``terminated`` or ``truncated``, and committed before that step returns. An episode
+cut short by ``reset`` or ``close`` is not written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+
+from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    """The episode being played (plain appends only)."""
+
+    started_at: float
+    task: dict[str, Any]
+    messages: list[dict[str, Any]]
+    state_hashes: list[str]
+    actions: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    components: dict[str, float] = field(default_factory=dict)
+
+
+class RecordingWrapper(gym.Wrapper[str, str, str, str]):
+    """Record each episode of ``env`` into ``store`` as it finishes.
+
+    Messages are built as: system (reset ``info["system"]``, where the env gives one),
+    user (the reset observation), then per step an assistant message (the action text,
+    with ``tool_calls`` from that step's info) and a user message (the observation).
+
+    Args:
+        env: the env to record (an agentgym env, or any text env; state hashes and
+            canonical actions come from ``env.unwrapped`` where it has them).
+        store: where episodes go; the caller owns it (the wrapper never closes it).
+        policy: the policy id stored with each episode.
+        policy_version: a checkpoint or model fingerprint.
+        run_id: groups the episodes of one run.
+        priority: the priority stored with each episode (may be changed between
+            episodes through the attribute).
+
+    Attributes:
+        last_episode_id: the row id of the last episode written; None when none was
+            written yet or the last one was a duplicate.
+        last_episode: the last finished episode (written or a duplicate).
+    """
+
+    def __init__(
+        self,
+        env: gym.Env[str, str],
+        store: TrajectoryStore,
+        *,
+        policy: str = "",
+        policy_version: str = "",
+        run_id: str = "",
+        priority: float = 0.0,
+    ) -> None:
+        super().__init__(env)
+        self.store = store
+        self.policy = policy
+        self.policy_version = policy_version
+        self.run_id = run_id
+        self.priority = priority
+        self.last_episode_id: int | None = None
+        self.last_episode: StoredEpisode | None = None
+        self._extra: dict[str, Any] = {}
+        self._pending: _Pending | None = None
+        self._warned = False
+
+    def note(self, **extra: Any) -> None:
+        """Merge ``extra`` into the ``extra`` of the episode in progress (between
+        episodes: of the next one). Values must be JSON-able."""
+        self._extra.update(extra)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        if self._pending is not None:
+            logger.debug("episode abandoned by reset before it ended; not recorded")
+        obs, info = self.env.reset(seed=seed, options=options)
+        messages: list[dict[str, Any]] = []
+        system = info.get("system")
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": obs})
+        self._pending = _Pending(
+            started_at=time.time(),
+            task=dict(info.get("task") or {}),
+            messages=messages,
+            state_hashes=[self._state_hash()],
+        )
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        ep = self._pending
+        if ep is None:
+            if not self._warned:
+                logger.warning(
+                    "RecordingWrapper: step() without a reset() through it; not recorded"
+                )
+                self._warned = True
+            return obs, reward, terminated, truncated, info
+        text = action if isinstance(action, str) else _as_text(action)
+        ep.actions.append(text)
+        ep.messages.append(
+            {"role": "assistant", "content": text, "tool_calls": list(info.get("tool_calls", ()))}
+        )
+        ep.messages.append({"role": "user", "content": obs})
+        ep.rewards.append(float(reward))
+        components = ep.components
+        for key, value in info.get("reward_components", {}).items():
+            components[key] = components.get(key, 0.0) + value
+        ep.state_hashes.append(self._state_hash())
+        if terminated or truncated:
+            self._pending = None
+            self._write(ep, info)
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        if self._pending is not None:
+            logger.debug("episode abandoned by close before it ended; not recorded")
+            self._pending = None
+        super().close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _state_hash(self) -> str:
+        state_hash = getattr(self.env.unwrapped, "state_hash", None)
+        return str(state_hash()) if callable(state_hash) else ""
+
+    def _env_id(self) -> str:
+        spec = self.env.spec
+        if spec is not None:
+            return spec.id
+        inner = self.env.unwrapped
+        return str(getattr(inner, "name", "") or type(inner).__name__)
+
+    def _write(self, ep: _Pending, info: dict[str, Any]) -> None:
+        history = getattr(self.env.unwrapped, "action_history", None)
+        canonical = list(history) if history is not None else list(ep.actions)
+        task = info.get("task") or ep.task
+        episode = StoredEpisode(
+            env_id=self._env_id(),
+            task_id=str(task.get("id", "")),
+            split=str(task.get("split", "")),
+            difficulty=str(task.get("difficulty", "")),
+            policy=self.policy,
+            policy_version=self.policy_version,
+            versions={k: str(v) for k, v in (info.get("versions") or {}).items()},
+            seeds={k: int(v) for k, v in (info.get("seeds") or {}).items() if v is not None},
+            messages=ep.messages,
+            actions=ep.actions,
+            canonical_actions=canonical,
+            state_hashes=ep.state_hashes,
+            rewards=ep.rewards,
+            reward_components=ep.components,
+            outcome=str(info.get("outcome", "")),
+            valid=bool(info.get("episode_valid", True)),
+            milestones=list(info.get("milestones", [])),
+            cost=dict(info.get("cost") or {}),
+            started_at=ep.started_at,
+            ended_at=time.time(),
+            priority=self.priority,
+            run_id=self.run_id,
+            extra=self._extra,
+        )
+        self._extra = {}
+        self.last_episode = episode
+        self.last_episode_id = self.store.add(episode)
+
+
+def _as_text(action: Any) -> str:
+    """The text of a non-str action (the env decodes bytes the same way)."""
+    if isinstance(action, bytes | bytearray):
+        return bytes(action).decode("utf-8", errors="replace")
+    return ""

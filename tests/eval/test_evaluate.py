@@ -1,0 +1,202 @@
+"""The evaluator: suites, pass@k / pass^k, env-error accounting, crashes, replay, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentgym_envs.cli import main
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.evaluate import EpisodeResult, EvalConfig, evaluate, replay
+from agentgym_envs.eval.metrics import (
+    episode_metrics,
+    ks_for,
+    pass_at_k,
+    pass_hat_k,
+    task_pass_rates,
+)
+from agentgym_envs.eval.suite import available_suites, load_suite, suite_from_spec
+from tests.eval import crashy
+
+# -- estimators against hand computations -------------------------------------------------
+
+
+def test_pass_at_k_and_pass_hat_k_by_hand() -> None:
+    # n = k: pass@k is "any trial succeeded", pass^k is "every trial succeeded"
+    assert pass_at_k(2, 1, 2) == 1.0 and pass_hat_k(2, 1, 2) == 0.0
+    assert pass_at_k(3, 0, 3) == 0.0 and pass_hat_k(3, 3, 3) == 1.0
+    # n > k (unbiased estimator): 5 trials, 2 successes, k = 2
+    # pass@2 = 1 - C(3,2)/C(5,2) = 1 - 3/10; pass^2 = C(2,2)/C(5,2) = 1/10
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_hat_k(5, 2, 2) == pytest.approx(0.1)
+    # k = 1 both reduce to the success fraction
+    assert pass_at_k(8, 3, 1) == pytest.approx(3 / 8) == pass_hat_k(8, 3, 1)
+    # 4 trials, 3 successes, k = 3: pass^3 = C(3,3)/C(4,3) = 1/4; pass@3 = 1
+    assert pass_hat_k(4, 3, 3) == pytest.approx(0.25) and pass_at_k(4, 3, 3) == 1.0
+    with pytest.raises(ValueError, match="k must be"):
+        pass_at_k(2, 1, 3)
+    with pytest.raises(ValueError, match="successes"):
+        pass_hat_k(2, 3, 1)
+
+
+def test_pass_rates_average_tasks_and_skip_short_ones() -> None:
+    # task A: 4 valid trials, 2 successes; task B: 4, 4; task C: 1 valid trial (env errors)
+    at, hat, used = task_pass_rates([(4, 2), (4, 4), (1, 1)], [1, 2, 4])
+    assert used == {"1": 3, "2": 2, "4": 2}
+    assert at["1"] == pytest.approx((0.5 + 1 + 1) / 3)
+    assert at["2"] == pytest.approx(((1 - 1 / 6) + 1) / 2)  # A: 1 - C(2,2)/C(4,2)
+    assert hat["2"] == pytest.approx((1 / 6 + 1) / 2)  # A: C(2,2)/C(4,2)
+    assert hat["4"] == pytest.approx((0 + 1) / 2) and at["4"] == pytest.approx(1.0)
+    assert ks_for(4) == [1, 2, 4] and ks_for(6) == [1, 2, 4, 6] and ks_for(1) == [1]
+
+
+def _ep(task: str, trial: int, outcome: str, **kw: object) -> EpisodeResult:
+    valid = outcome != "env_error"
+    return EpisodeResult("p", "e", "agentgym/Sokoban-v0", task, trial, trial, outcome, valid, **kw)  # type: ignore[arg-type]
+
+
+def test_env_errors_are_excluded_and_counted_apart() -> None:
+    eps = [
+        _ep("a", 0, "success", cost=2.0),
+        _ep("a", 1, "env_error"),
+        _ep("b", 0, "failure", cost=4.0, faults=1),
+        _ep("b", 1, "success", cost=2.0, faults=2, violations=1),
+    ]
+    m = episode_metrics(eps)
+    assert (m["episodes"], m["valid"], m["successes"]) == (4, 3, 2)
+    assert m["success_rate"] == pytest.approx(2 / 3)
+    assert m["env_errors"] == 1 and m["env_error_rate"] == 0.25
+    assert m["cost_per_success"] == pytest.approx(8.0 / 2)
+    assert m["recovery_rate"] == pytest.approx(0.5) and m["fault_episodes"] == 2
+    assert m["violation_rate"] == pytest.approx(1 / 3)
+    # task a has one valid trial: it counts for k=1 only
+    assert m["pass_k_tasks"] == {"1": 2, "2": 1}
+    assert m["pass_at_k"]["2"] == 1.0 and m["pass_hat_k"]["2"] == 0.0
+    lo, hi = m["success_ci"]
+    assert 0.0 < lo < 2 / 3 < hi < 1.0
+
+
+# -- suites -------------------------------------------------------------------------------
+
+
+def test_shipped_suites_cover_every_family() -> None:
+    from agentgym_envs.registration import ENVS
+
+    assert {"smoke", "standard", "ood"} <= set(available_suites())
+    families = {e.name: e.family for e in ENVS}
+    for name in ("smoke", "standard", "ood"):
+        suite = load_suite(name)
+        covered = {families[e.env] for e in suite.entries}
+        assert covered == {"games", "business", "sandbox", "web"}, name
+        for entry in suite.entries:
+            assert len(set(entry.task_ids(suite.seed))) == entry.tasks
+
+
+def test_suite_jobs_are_a_pure_function_of_the_spec() -> None:
+    spec = {"name": "t", "trials": 3, "seed": 7, "entries": [{"env": "Sokoban", "tasks": 4}]}
+    a, b = suite_from_spec(spec), suite_from_spec(json.loads(json.dumps(spec)))
+    assert a.version == b.version
+    assert a.entries[0].jobs(7, 3) == b.entries[0].jobs(7, 3)
+    assert len(a.entries[0].jobs(7, 3)) == 12
+    other = suite_from_spec({**spec, "seed": 8})
+    assert other.version != a.version and other.entries[0].jobs(8, 3) != a.entries[0].jobs(7, 3)
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ({"name": "t", "entries": [{"env": "Sokobn"}]}, "Sokoban"),
+        ({"name": "t", "entries": [{"env": "Sokoban", "trails": 2}]}, "trials"),
+        ({"name": "t", "entries": [{"env": "Sokoban", "tasks": 0}]}, "positive"),
+        ({"name": "t", "entries": [{"env": "Sokoban", "split": "dev"}]}, "train, test or ood"),
+        ({"name": "t", "entries": []}, "non-empty"),
+        ({"name": "t", "entries": [{"env": "Sokoban"}, {"env": "Sokoban"}]}, "duplicate"),
+    ],
+)
+def test_bad_suites_name_the_fix(spec: dict[str, object], match: str) -> None:
+    with pytest.raises(Exception, match=match):
+        suite_from_spec(spec)
+
+
+def test_unknown_suite_suggests_a_shipped_one() -> None:
+    with pytest.raises(ConfigError, match="smoke"):
+        load_suite("smoek")
+
+
+# -- running -------------------------------------------------------------------------------
+
+SPEC = {
+    "name": "mini",
+    "trials": 2,
+    "seed": 3,
+    "entries": [
+        {"name": "sokoban", "env": "Sokoban", "difficulty": "easy", "tasks": 3},
+        {"name": "retail", "env": "Retail", "difficulty": "easy", "tasks": 2},
+    ],
+}
+
+
+def test_oracle_and_random_on_a_suite_and_exact_replay() -> None:
+    suite = suite_from_spec(SPEC)
+    report = evaluate(suite, ["oracle", "random", "noop"], EvalConfig(batch=3))
+    by = {(r["policy"], r["entry"]): r["metrics"] for r in report["results"]}
+    assert by["oracle", "sokoban"]["success_rate"] == 1.0
+    assert by["oracle", "retail"]["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+    assert by["noop", "sokoban"]["success_rate"] == 0.0
+    assert report["overall"]["oracle"]["episodes"] == 10
+    assert len(report["episodes"]) == 30
+    assert all(e["versions"]["task_set"] for e in report["episodes"])
+    json.dumps(report)  # plain data
+    # the replay (other batch size: results must not depend on batching) is identical
+    again, diffs = replay(report, EvalConfig(batch=2))
+    assert diffs == []
+    assert [e["reward"] for e in again["episodes"]] == [e["reward"] for e in report["episodes"]]
+
+
+def test_replay_reports_a_difference() -> None:
+    report = evaluate(suite_from_spec(SPEC), ["oracle"], EvalConfig(batch=2), entries=["retail"])
+    report["episodes"][0]["steps"] += 1
+    _, diffs = replay(report)
+    assert len(diffs) == 1 and "steps" in diffs[0]
+
+
+@pytest.mark.parametrize("isolation", ["inline", "process"])
+def test_a_crashing_env_costs_only_its_episodes(isolation: str) -> None:
+    spec = {
+        "name": "crash",
+        "trials": 2,
+        "entries": [{"name": "c", "env": crashy.SUITE_ENV, "tasks": 3}],
+    }
+    suite = suite_from_spec(spec)
+    doomed = suite.entries[0].task_ids(0)[0]
+    kw = {"crash": "exit" if isolation == "process" else "raise", "crash_tasks": [doomed]}
+    spec["entries"][0]["env_kwargs"] = kw  # type: ignore[index]
+    suite = suite_from_spec(spec)
+    report = evaluate(suite, ["oracle"], EvalConfig(batch=2, isolation=isolation))
+    eps = report["episodes"]
+    assert len(eps) == 6
+    broken = [e for e in eps if e["task_id"] == doomed]
+    assert all(e["outcome"] == "env_error" and not e["valid"] and e["error"] for e in broken)
+    assert all(e["success"] for e in eps if e["task_id"] != doomed)
+    m = report["overall"]["oracle"]
+    assert m["success_rate"] == 1.0 and m["env_errors"] == 2 and m["valid"] == 4
+
+
+def test_eval_cli_writes_reports_and_replays(tmp_path: Path) -> None:
+    suite_file = tmp_path / "mini.yaml"
+    suite_file.write_text(json.dumps(SPEC))  # JSON is YAML
+    out = tmp_path / "run"
+    code = main(["eval", "--suite", str(suite_file), "--policy", "oracle", "random",
+                 "--entries", "retail", "--out", str(out), "--trials", "1"])  # fmt: skip
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["suite"]["spec"]["trials"] == 1 and len(report["episodes"]) == 4
+    assert (out / "report.html").stat().st_size > 1000 and (out / "report.md").exists()
+    from agentgym_envs.eval.store import TrajectoryStore
+
+    with TrajectoryStore(out / "trajectories.sqlite") as store:
+        assert store.count() == 4
+        assert store.count(policy="oracle", success=True) == 2
+    assert main(["eval", "--replay", str(out / "report.json"), "--out", str(tmp_path / "r")]) == 0
