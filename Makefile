@@ -1,5 +1,5 @@
 # Two entry points for a fresh machine:
-#   make demo   install, then run the reference policies on every env
+#   make demo   install, then evaluate SmolLM2, the oracle and random on the smoke suite
 #   make test   install, then lint, type-check and run the test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -36,9 +36,17 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed system-deps
 
+# The smoke suite (two easy test tasks of every env family) played by the embedded
+# SmolLM2-135M-Instruct on the CPU, with the oracle (ceiling) and random (baseline):
+# success with CI, pass@k/pass^k, costs; the HTML report path comes last. One trial per
+# task keeps it near 10 minutes on 2 cores (greedy decoding repeats itself anyway);
+# DEMO_TRIALS=2 plays the suite's two.
+DEMO_OUT ?= runs/demo
+DEMO_TRIALS ?= 1
 demo: install
 	$(BIN)/agentgym list
-	$(BIN)/agentgym run all --policy oracle random noop --episodes 40 --split test
+	$(BIN)/agentgym eval --suite smoke --policy hf:smollm2 oracle random \
+	    --trials $(DEMO_TRIALS) --max-new-tokens 40 --out $(DEMO_OUT)
 
 lint: install
 	$(BIN)/ruff check agentgym_envs trainers tests

@@ -59,6 +59,10 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
 
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     options = {k: getattr(args, k) for k in LLM_OPTIONS if getattr(args, k) is not None}
+    if any(p.startswith("hf:") for p in args.policy):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     if args.replay:
         old = load_report(args.replay)
         out = Path(args.out or Path(args.replay).parent / "replay")
@@ -82,6 +86,8 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
             for e in suite.entries
             if not args.entries or e.name in args.entries
         ) * len(args.policy)
+        from agentgym_envs.cli import _progress
+
         with _progress(args.json) as progress:
             bar = progress.add_task(f"{suite.name}: {' '.join(args.policy)}", total=total)
             report = evaluate(
@@ -110,26 +116,6 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
         return 1
     console.print(f"replay: all {len(report['episodes'])} episodes came out identical")
     return 0
-
-
-def _progress(quiet: bool) -> Any:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        disable=quiet or not sys.stderr.isatty(),
-        transient=True,
-    )
 
 
 def _rate(value: float | None) -> str:

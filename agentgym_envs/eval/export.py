@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+from agentgym_envs.eval.store import _JSON_FIELDS, StoredEpisode, TrajectoryStore
 
 if TYPE_CHECKING:
     import datasets
@@ -29,19 +29,6 @@ logger = logging.getLogger(__name__)
 HFKind = Literal["sft", "preferences", "episodes"]
 HF_KINDS = ("sft", "preferences", "episodes")
 _FILTERS = ("env_id", "task_id", "policy", "run_id", "outcome", "success", "valid")
-_EPISODE_JSON = (
-    "versions",
-    "seeds",
-    "messages",
-    "actions",
-    "canonical_actions",
-    "state_hashes",
-    "rewards",
-    "reward_components",
-    "milestones",
-    "cost",
-    "extra",
-)
 
 
 def chat(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -99,7 +86,7 @@ def episode_rows(store: TrajectoryStore, **filters: Any) -> Iterator[dict[str, A
         row: dict[str, Any] = {"episode_id": episode_id, **ep.to_json()}
         row["success"] = ep.success
         row["dedup_key"] = ep.dedup_key()
-        for name in _EPISODE_JSON:
+        for name in _JSON_FIELDS:
             row[name] = json.dumps(row[name], ensure_ascii=False)
         yield row
 
