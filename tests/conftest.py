@@ -1,6 +1,8 @@
 """Shared test settings."""
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -21,3 +23,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agentgym_cache(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """One model cache for the whole session (trainer and policy tests share the SmolLM2
+    conversion), in pytest's cache folder so it also survives between sessions; never
+    the user's cache."""
+    cache = request.config.cache  # None under -p no:cacheprovider: then one per session
+    if cache is not None:
+        root = Path(cache.mkdir("agentgym-model-cache"))
+    else:
+        root = tmp_path_factory.mktemp("agentgym-model-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGENTGYM_CACHE", str(root))
+        yield root

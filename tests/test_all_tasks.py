@@ -2,9 +2,10 @@
 
 (The conformance checks sample 50 seeds per difficulty; this sweeps the whole task sets.
 The slippery variant is checked statistically against its exact optimum instead.
-RepoFix runs its hidden tests and WebShop drives Chromium, about a second per task: their
-full sweeps are slow tests (`agentgym tasks build` ran the same check on every task), and
-the default run sweeps every 20th task.)
+RepoFix runs its hidden tests and WebShop drives Chromium, about a second per task, and
+Retail and Calendar hold 2,100 tasks each: their full sweeps are slow tests (`agentgym
+tasks build` ran the same check on every task), and the default run sweeps every 30th
+sandbox and web task and every 2nd business task.)
 """
 
 import pytest
@@ -15,11 +16,17 @@ from agentgym_envs.registration import ENVS
 from tests.env_params import env_params
 
 SLOW_FAMILIES = {"sandbox", "web"}
+# the default run sweeps every n-th task of the families whose sweep takes long
+SAMPLED = {"sandbox": 30, "web": 30, "business": 2}
 DETERMINISTIC = [
-    pytest.param(e, 1, marks=[*p.marks, *([pytest.mark.slow] if e.family in SLOW_FAMILIES else [])])
+    pytest.param(e, 1, marks=[*p.marks, *([pytest.mark.slow] if e.family in SAMPLED else [])])
     for e, p in ((e, env_params([e])[0]) for e in ENVS)
     if not e.kwargs
-] + [pytest.param(e, 20, marks=env_params([e])[0].marks) for e in ENVS if e.family in SLOW_FAMILIES]
+] + [
+    pytest.param(e, SAMPLED[e.family], marks=env_params([e])[0].marks)
+    for e in ENVS
+    if e.family in SAMPLED
+]
 
 
 @pytest.mark.parametrize(

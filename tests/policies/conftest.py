@@ -1,31 +1,12 @@
-"""Fixtures of the LLM policy tests: a model cache, a tiny random model, real SmolLM2.
-
-The model cache lives in pytest's cache folder (``.pytest_cache``), never in the user's
-cache, and survives between test sessions: the SmolLM2 tokenizer and weights are
-converted once per checkout, not once per session.
-"""
+"""Fixtures of the LLM policy tests: a tiny random model and the real SmolLM2 (the model
+cache fixture ``agentgym_cache`` is the suite's, in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def agentgym_cache(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Path]:
-    cache = request.config.cache  # None under -p no:cacheprovider: then one per session
-    if cache is not None:
-        root = Path(cache.mkdir("agentgym-model-cache"))
-    else:
-        root = tmp_path_factory.mktemp("agentgym-model-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AGENTGYM_CACHE", str(root))
-        yield root
 
 
 @pytest.fixture(scope="session")

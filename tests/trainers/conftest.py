@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 from trainers.model import load_tokenizer, tiny_llama
-
-
-@pytest.fixture(scope="session", autouse=True)
-def agentgym_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Point the model cache at a fresh folder, so tests never touch the user's cache."""
-    root = tmp_path_factory.mktemp("agentgym-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AGENTGYM_CACHE", str(root))
-        yield root
 
 
 @pytest.fixture(scope="session")
