@@ -1,4 +1,5 @@
-"""The ``agentgym`` command: list, play, run, check, bench, tasks and train."""
+"""The ``agentgym`` command: list, play, run, check, bench, tasks, train, and the subcommands
+that their modules add (serve, eval, traj, redteam)."""
 
 from __future__ import annotations
 
@@ -518,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agentgym_envs.eval.traj_cli import add_parser as add_traj_parser
 
     add_traj_parser(sub)
+    from agentgym_envs.redteam.cli import add_parser as add_redteam_parser
+
+    add_redteam_parser(sub)
 
     return parser
 

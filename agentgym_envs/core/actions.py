@@ -15,6 +15,13 @@ Accepted forms (tried in this order, after removing leading ``<think>...</think>
    that calls a known tool.
 6. Otherwise plain text: a message to the user in envs that have one, else ``parse_error``.
 
+Parsing is linear in the length of the text: the block and fence scanners walk the text
+with ``str.find`` (no backtracking regular expression over the whole action), so a
+hostile action cannot make parsing quadratic. An action longer than the parser's
+``max_chars`` (the env's ``max_action_chars``: 2,048 characters for the games, 4,000 for
+the business envs, 40,000 for RepoFix, 8,192 otherwise) is refused with a
+``parse_error`` that states the limit, before any other work.
+
 Results are cached per parser (parsing is a pure function of the text), so repeated
 actions cost a dictionary lookup.
 """
@@ -31,12 +38,12 @@ from agentgym_envs.core.errors import did_you_mean
 from agentgym_envs.core.info import ErrorCode
 from agentgym_envs.core.tools import ToolCall, ToolSet
 
-# Reasoning comes before the action; a "<think>" inside an argument is left alone.
-_THINK = re.compile(r"\A\s*(?:<think>.*?(?:</think>|\Z)\s*)+", re.DOTALL | re.IGNORECASE)
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
-_FENCE = re.compile(r"```[A-Za-z_]*[ \t]*\n?(.*?)```", re.DOTALL)
-_CALL_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\s*\(")
-_CALL_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(.*\)\s*;?\s*$")
+# Only anchored, bounded patterns: each matches at one position without backtracking
+# over the rest of the text.
+_CALL_START = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\s*\(")
+_CALL_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_FENCE_INFO = re.compile(r"[A-Za-z_]*[ \t]*\n?")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _CACHE_LIMIT = 8192
 _CACHE_MAX_TEXT = 1024
 
@@ -102,7 +109,7 @@ class ActionParser:
                 f"the action has {len(text)} characters; the limit is {self.max_chars}. "
                 "Send one short tool call.",
             )
-        body = _THINK.sub("", text, count=1).strip() if "<think>" in text.lower() else text.strip()
+        body = _strip_reasoning(text)
         try:
             raws = self._extract(body)
             if raws is None:
@@ -132,11 +139,11 @@ class ActionParser:
     def _extract(self, body: str) -> list[tuple[str, Any]] | None:
         if "<tool_call>" in body:
             calls: list[tuple[str, Any]] = []
-            for block in _TOOL_CALL.findall(body):
+            for block in _tool_call_blocks(body):
                 calls.extend(self._calls_from_block(block))
             return calls
         if "```" in body:
-            fences = [f.strip() for f in _FENCE.findall(body) if f.strip()]
+            fences = [f.strip() for f in _fences(body) if f.strip()]
             if len(fences) == 1:
                 return self._calls_from_block(fences[0])
         if body.startswith(("{", "[")):
@@ -217,11 +224,10 @@ class ActionParser:
                 data = None
             if isinstance(data, dict) and ({"name", "tool", "function"} & data.keys()):
                 return [_call_from_object(data)]
-        lines = [ln for ln in body.splitlines() if ln.strip()]
-        if lines:
-            match = _CALL_LINE.match(lines[-1])
-            if match and match.group(1) in self.tools:
-                return self._calls_from_python(lines[-1].strip())
+        last = _last_line(body)
+        match = _CALL_NAME.match(last)
+        if match and match.group(1) in self.tools and last.rstrip("; \t").endswith(")"):
+            return self._calls_from_python(last.strip())
         return None
 
     # -- resolution: (name, args) -> validated ToolCall ----------------------------------
@@ -255,6 +261,68 @@ class ActionParser:
         return _failed(
             ErrorCode.PARSE_ERROR, "no tool call found" if text.strip() else "the action is empty"
         )
+
+
+# -- linear scanners ---------------------------------------------------------------------
+
+
+def _strip_reasoning(text: str) -> str:
+    """Drop leading ``<think>...</think>`` blocks (an unclosed one runs to the end)."""
+    # ASCII-only lowering keeps every index valid in ``text`` (str.lower can change lengths)
+    lowered = text.translate(_ASCII_LOWER)
+    if "<think>" not in lowered:
+        return text.strip()
+    pos = _skip_space(text, 0)
+    while lowered.startswith("<think>", pos):
+        close = lowered.find("</think>", pos + len("<think>"))
+        if close < 0:
+            return ""
+        pos = _skip_space(text, close + len("</think>"))
+    return text[pos:].strip()
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _tool_call_blocks(text: str) -> list[str]:
+    """The bodies of ``<tool_call>`` blocks; an unclosed last block runs to the end."""
+    blocks = []
+    pos = text.find("<tool_call>")
+    while pos >= 0:
+        start = pos + len("<tool_call>")
+        end = text.find("</tool_call>", start)
+        if end < 0:
+            blocks.append(text[start:].strip())
+            break
+        blocks.append(text[start:end].strip())
+        pos = text.find("<tool_call>", end + len("</tool_call>"))
+    return blocks
+
+
+def _fences(text: str) -> list[str]:
+    """The bodies of closed ```fenced``` blocks (the info string and its newline dropped)."""
+    bodies = []
+    pos = text.find("```")
+    while pos >= 0:
+        info = _FENCE_INFO.match(text, pos + 3)
+        start = info.end() if info else pos + 3
+        end = text.find("```", start)
+        if end < 0:
+            break
+        bodies.append(text[start:end])
+        pos = text.find("```", end + 3)
+    return bodies
+
+
+def _last_line(text: str) -> str:
+    """The last line holding something other than whitespace ("" if none)."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line
+    return ""
 
 
 def _failed(code: str, message: str) -> ParsedAction:

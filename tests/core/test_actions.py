@@ -133,3 +133,54 @@ def test_think_tags_inside_an_argument_are_kept() -> None:
     assert parsed.calls and parsed.calls[0].arguments == {"n": 2}
     # A message whose text is literally "<think>" is a message, not stripped reasoning.
     assert parser.parse('"<think>"').message == '"<think>"'
+
+
+# Hostile shapes that made the old regular expressions backtrack (the fence's info string
+# took 2.4 s at 20,000 characters and grew with the square of the length), plus the other
+# block scanners' worst cases. At 400,000 characters a quadratic parser runs for many
+# minutes; a linear one takes milliseconds, so the generous timeout only catches a hang.
+_HOSTILE = {
+    "fence_info": "```" + "a" * 400_000,
+    "fence_info_spaces": "```" + "a" * 200_000 + " " * 200_000,
+    "many_fences": "```a\n" * 80_000,
+    "unclosed_tool_call": "<tool_call>" + " " * 400_000 + "x",
+    "many_tool_calls": "<tool_call>" * 36_000,
+    "unclosed_think": "<think>" + " " * 400_000 + "x",
+    "many_thinks": "<think></think>" * 26_000 + "add(n=1)",
+    "call_line": "hi\nadd(" + ") " * 200_000 + "x",
+    "call_start": "a" * 400_000 + "(",
+    "braces": "say " + '{"name":' * 50_000,
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shape", sorted(_HOSTILE))
+def test_parsing_is_linear_on_hostile_text(shape: str) -> None:
+    parser = ActionParser(CounterEnv.toolset, accepts_messages=True, max_chars=10**6)
+    parsed = parser.parse(_HOSTILE[shape])
+    assert (parsed.error_code is None) != (parsed.calls == () and parsed.message is None)
+
+
+def test_block_scanners_keep_their_meaning() -> None:
+    parser = ActionParser(CounterEnv.toolset, accepts_messages=True, max_calls=2)
+    # the fence's info string (language tag) and its newline are not part of the body
+    assert parser.parse("```python   \nadd(n=3)\n```").calls[0].arguments == {"n": 3}
+    # two tool-call blocks, the last one unclosed
+    two = parser.parse("<tool_call>add(n=1)</tool_call> then <tool_call>add(n=2)")
+    assert [c.arguments["n"] for c in two.calls] == [1, 2]
+    # unclosed reasoning swallows the rest; a closed one is dropped with its whitespace
+    assert parser.parse("<think>add(n=1)").error_code == ErrorCode.PARSE_ERROR
+    assert parser.parse("  <THINK>x</Think>\n add(n=5)").calls[0].arguments == {"n": 5}
+    # a prose last line calls a tool only when it is a whole call
+    assert parser.parse("ok\nadd(n=6) ;").calls[0].arguments == {"n": 6}
+    assert parser.parse("ok\nadd(n=6) and more").message == "ok\nadd(n=6) and more"
+    # the Turkish dotted I lowers to two characters: indices must not drift
+    assert parser.parse("İİ<think>x</think>").message == "İİ<think>x</think>"
+
+
+def test_over_long_action_is_a_clear_parse_error() -> None:
+    parser = ActionParser(CounterEnv.toolset, accepts_messages=True, max_chars=40_000)
+    parsed = parser.parse("```" + "a" * 40_001)
+    assert parsed.error_code == ErrorCode.PARSE_ERROR
+    assert parsed.error_message is not None
+    assert "40004 characters; the limit is 40000" in parsed.error_message
