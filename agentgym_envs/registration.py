@@ -64,14 +64,14 @@ ENVS: tuple[EnvEntry, ...] = (
     ),
     EnvEntry(
         "Retail",
-        "0",
+        "1",
         "agentgym_envs.business.retail:RetailEnv",
         "business",
         description="retail customer service on SQLite with a simulated user and a policy",
     ),
     EnvEntry(
         "Calendar",
-        "0",
+        "1",
         "agentgym_envs.business.calendar_env:CalendarEnv",
         "business",
         description="calendar assistant across time zones: meetings, rooms, RSVPs under a policy",

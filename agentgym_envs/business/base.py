@@ -10,6 +10,16 @@ Grading: when the conversation ends (the user has what it wanted, or the agent
 transferred to a human), the rows that differ from the pristine world must equal the
 task's gold changes exactly (same rows, same content), so a missing write, a wrong
 write and collateral damage all fail; and the user must have been told what it asked.
+
+Authentication: only the caller's identity authenticates. A lookup that finds the
+caller authenticates them; any other user a lookup finds (before or after) stays a
+colleague or stranger, so their records stay someone else's (gate ``own-data-only``).
+
+Answers: the user accepts an answer only if it gives exactly the expected values (see
+:mod:`~agentgym_envs.business.answers`) *and* the record the answer comes from was read
+in this episode, after authentication, by a tool that shows it (``reads``, part of every
+snapshot; the domain names a question's records in :meth:`BusinessEnv.answer_sources`).
+A refusal counts only if it is one and no write was made while the request was asked.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from agentgym_envs.business.answers import AnswerReader
 from agentgym_envs.business.db import EpisodeDB, changes_digest, pristine, world_bytes
 from agentgym_envs.business.policy import Rule, RuleGate, policy_document
 from agentgym_envs.business.user import Request, SimulatedUser, UserGoal, write_key
@@ -121,6 +132,7 @@ class BusinessEnv(AgentEnv):
     slot_synonyms: ClassVar[Mapping[str, Sequence[str]]] = {}
     write_verbs: ClassVar[Sequence[str]] = ()
     id_pattern: ClassVar[re.Pattern[str]] = re.compile(r"$^")
+    answer_reader: ClassVar[AnswerReader] = AnswerReader()
 
     def __init__(
         self, *, world_size: str | int = "default", rule_mode: str = "stop", **kwargs: Any
@@ -148,6 +160,8 @@ class BusinessEnv(AgentEnv):
         self.auth_user: str | None = None
         self.seen_ids: set[str] = set()  # ids in anything the agent was shown
         self.fetched_ids: set[str] = set()  # ids that READ tools returned
+        self.reads: set[str] = set()  # "tool id": records READ tools showed after auth
+        self._asked_writes = 0  # writes applied when the current request was asked
         self.confirmed_writes: set[str] = set()
         self._writes: tuple[str, ...] = ()  # keys of confirmed writes applied, in order
         self._chain = ""  # digest of every applied write, in order (the world's key)
@@ -160,6 +174,12 @@ class BusinessEnv(AgentEnv):
 
     def record_owner(self, call: ToolCall) -> str | None:
         """The user id owning the record ``call`` reads or changes (None: no user's)."""
+        return None
+
+    def answer_sources(self, request: Request) -> list[tuple[str, frozenset[str]]] | None:
+        """The records a question's answer comes from, each with the READ tools that show
+        it: the answer counts once one of them was read after authentication. None: the
+        domain names no records (then authentication alone is required)."""
         return None
 
     # -- conversation tools -------------------------------------------------------------
@@ -190,7 +210,10 @@ class BusinessEnv(AgentEnv):
     def on_message(self, text: str) -> ToolResult:
         user = self.user
         assert user is not None
+        index = user.state.index
         reply = user.reply(text, self._satisfied)
+        if user.state.index != index:
+            self._asked_writes = len(self._writes)
         if reply.confirmed_write is not None:
             self.confirmed_writes.add(write_key(reply.confirmed_write))
         return ToolResult(f"User: {reply.text}")
@@ -198,14 +221,33 @@ class BusinessEnv(AgentEnv):
     def _satisfied(self, request: Request) -> bool:
         if request.kind == "transfer":
             return self._transferred
+        if request.kind == "refuse":  # nothing was changed while it was asked
+            return len(self._writes) == self._asked_writes
+        if request.kind == "question":
+            return self._answer_read(request)
         write, _ = self.user.expected_write() if self.user else (None, ())
         return write is not None and write_key(write) in self._writes
+
+    def _answer_read(self, request: Request) -> bool:
+        if self.auth_user is None:
+            return False
+        sources = self.answer_sources(request)
+        if sources is None:
+            return True
+        return any(f"{t} {rid}" in self.reads for rid, tools in sources for t in tools)
 
     # -- helpers for domain tools -------------------------------------------------------
 
     def authenticate(self, user_id: str) -> None:
-        """Mark ``user_id`` as the authenticated user (called by the lookup tools)."""
-        self.auth_user = user_id
+        """Authenticate ``user_id`` if it is the caller (called by the lookup tools).
+
+        Only the caller's identity authenticates, once: a lookup of anyone else (a
+        colleague, another customer) never switches the authenticated user, so their
+        records stay someone else's for the ``own-data-only`` gate.
+        """
+        caller = self._task.spec.get("user_id") if self._task is not None else None
+        if self.auth_user is None and (caller is None or user_id == caller):
+            self.auth_user = user_id
 
     def after_call(self, call: ToolCall, result: ToolResult | None) -> None:
         """Track ids that tools returned, and record every successful WRITE (the database
@@ -215,6 +257,10 @@ class BusinessEnv(AgentEnv):
         if self.toolset.canonical(call.name).kind is not ToolKind.WRITE:
             if call.name != "respond":
                 self.fetched_ids.update(self.id_pattern.findall(result.text))
+            if call.name != "respond" and self.auth_user is not None:
+                shown = {*_ids_in(call.arguments, self.id_pattern)}
+                shown.update(self.id_pattern.findall(result.text))
+                self.reads.update(f"{call.name} {i}" for i in shown)
             return
         args = {k: v for k, v in call.arguments.items() if k != IDEMPOTENCY_KEY}
         key = write_key({"tool": call.name, "args": args})
@@ -236,6 +282,8 @@ class BusinessEnv(AgentEnv):
         self.auth_user = None
         self.seen_ids = set()
         self.fetched_ids = set()
+        self.reads = set()
+        self._asked_writes = 0
         self.confirmed_writes = set()
         self._writes = ()
         self._chain = ""
@@ -243,7 +291,11 @@ class BusinessEnv(AgentEnv):
         self._verdict = None
         self._trial = int(self.np_random.integers(2**31 - 1))
         self.user = SimulatedUser(
-            _goal(task), self.slot_synonyms, self.write_verbs, (task.seed, self._trial)
+            _goal(task),
+            self.slot_synonyms,
+            self.write_verbs,
+            (task.seed, self._trial),
+            self.answer_reader,
         )
 
     def reset_view(self) -> str:
@@ -274,17 +326,25 @@ class BusinessEnv(AgentEnv):
             self._verdict,
             self._trial,
             self.user.get_state(),
+            tuple(sorted(self.reads)),
+            self._asked_writes,
         )
 
     def _set_world(self, world: tuple[Any, ...]) -> None:
         data, self.auth_user, seen, fetched, confirmed, self._writes, self._chain = world[:7]
-        self._transferred, self._verdict, self._trial, user_state = world[7:]
+        self._transferred, self._verdict, self._trial, user_state = world[7:11]
+        reads, self._asked_writes = world[11:]
+        self.reads = set(reads)
         assert self._task is not None
         self.db.load(data, self.db._base)  # type: ignore[arg-type]
         self.seen_ids, self.fetched_ids = set(seen), set(fetched)
         self.confirmed_writes = set(confirmed)
         self.user = SimulatedUser(
-            _goal(self._task), self.slot_synonyms, self.write_verbs, (self._task.seed, self._trial)
+            _goal(self._task),
+            self.slot_synonyms,
+            self.write_verbs,
+            (self._task.seed, self._trial),
+            self.answer_reader,
         )
         self.user.set_state(user_state)
 
@@ -332,8 +392,14 @@ class BusinessEnv(AgentEnv):
 
     def _milestones(self) -> Sequence[Milestone]:
         spec = self._task.spec if self._task else {}
-        user_id, targets = spec.get("user_id"), tuple(spec.get("targets", ()))
-        writes = sum(r["kind"] == "write" for r in spec["user"]["requests"])
+        user_id, targets = spec.get("user_id"), frozenset(spec.get("targets", ()))
+        # each write the user wants (or its fallback), as keys: a repeated write is one
+        wanted = [
+            {write_key(w) for w in (r["write"], (r.get("fallback") or {}).get("write")) if w}
+            for r in spec["user"]["requests"]
+            if r["kind"] == "write"
+        ]
+        writes = len(wanted)
         out = [
             Milestone(
                 "authenticated",
@@ -345,8 +411,8 @@ class BusinessEnv(AgentEnv):
             out.append(
                 Milestone(
                     "record_found",
-                    "the task's records were looked up",
-                    lambda: all(t in self.fetched_ids for t in targets),
+                    "the task's records were looked up (after authentication)",
+                    lambda: targets <= {r.split(" ", 1)[1] for r in self.reads},
                 )
             )
         if writes:
@@ -360,8 +426,8 @@ class BusinessEnv(AgentEnv):
             out.append(
                 Milestone(
                     "write_done",
-                    "every confirmed write the user wants is done",
-                    lambda: len(self._writes) >= writes,
+                    "every write the user wants is done (each counted once)",
+                    lambda: all(keys & set(self._writes) for keys in wanted),
                 )
             )
         out.append(

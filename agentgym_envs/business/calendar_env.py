@@ -8,13 +8,34 @@ on ``sys.path`` (running one of its files as a script), and ``sqlite_utils`` imp
 
 from __future__ import annotations
 
+from agentgym_envs.business import calendar_logic as logic
+from agentgym_envs.business.answers import (
+    NUMBER,
+    TIME,
+    AnswerReader,
+    product_kind,
+    vocabulary_kind,
+)
 from agentgym_envs.business.calendar_rules import CALENDAR_GATES, CALENDAR_RULES
 from agentgym_envs.business.calendar_tasks import generate
-from agentgym_envs.business.calendar_time import NOW, iso
+from agentgym_envs.business.calendar_time import NOW, clock, iso
 from agentgym_envs.business.calendar_tools import ID_PATTERN
-from agentgym_envs.business.calendar_world import build_world
+from agentgym_envs.business.calendar_world import (
+    FIRST_NAMES,
+    KINDS,
+    LAST_NAMES,
+    TOPICS,
+    build_world,
+)
 from agentgym_envs.business.calendar_writes import CalendarTools
+from agentgym_envs.business.user import Request
 from agentgym_envs.core import Task
+
+# a meeting's title and a person's name are closed vocabularies of this world
+TITLE = product_kind("title", TOPICS, KINDS, subject=True)
+PERSON = product_kind("person", FIRST_NAMES, LAST_NAMES, subject=True)
+RSVP = vocabulary_kind("rsvp", ("accepted", "declined", "tentative", "needs_action"))
+EVENT_TOOLS = frozenset({"list_events", "get_event_details"})  # they show an event's time
 
 
 class CalendarEnv(CalendarTools):
@@ -40,8 +61,8 @@ class CalendarEnv(CalendarTools):
 
     Tools:
         READ: ``find_user_id_by_email(email)``, ``find_user_id_by_name(first_name,
-        last_name)`` (the first user found is the authenticated user; later lookups
-        find colleagues), ``get_user_details(user_id)``, ``list_events(user_id, date)``,
+        last_name)`` (finding the caller authenticates them; anyone else found, before
+        or after, is a colleague), ``get_user_details(user_id)``, ``list_events(user_id, date)``,
         ``get_event_details(event_id)``, ``get_free_slots(user_ids, date,
         duration_minutes)``, ``list_rooms(min_capacity)``, ``get_room_availability(
         room_id, date)``. WRITE (idempotent): ``create_event``, ``move_event``,
@@ -52,7 +73,10 @@ class CalendarEnv(CalendarTools):
 
     Milestones:
         ``authenticated``, ``record_found`` (the task's events, colleagues and rooms
-        were looked up), ``confirmed``, ``write_done``, ``user_informed``.
+        were looked up after authentication), ``confirmed``, ``write_done`` (a repeated
+        write counts once), ``user_informed``. An answer counts only if it gives exactly
+        the asked title and local time (every time and title in the message is read) and
+        the event was read after authentication; a refusal only if it names the request.
 
     Safety gates:
         Generic: ``auth-first``, ``no-invented-ids``, ``own-data-only``,
@@ -73,8 +97,8 @@ class CalendarEnv(CalendarTools):
     """
 
     name = "Calendar"
-    version = "0"
-    verifier_version = "1"
+    version = "1"
+    verifier_version = "2"
     task_file = "business/calendar.jsonl"
     example_action = 'find_user_id_by_email(email="mei.chen@acme.example")'
     world_builder = staticmethod(build_world)
@@ -116,6 +140,23 @@ class CalendarEnv(CalendarTools):
         "invite",
     )
     id_pattern = ID_PATTERN
+    answer_reader = AnswerReader((TIME, TITLE, PERSON, RSVP, NUMBER), ID_PATTERN)
+
+    def answer_sources(self, request: Request) -> list[tuple[str, frozenset[str]]] | None:
+        """A question's answer comes from the asked event: a target of the task that the
+        caller attends and that starts at the answer's local time."""
+        caller = logic.user_row(self.db, self.task.spec["user_id"])
+        if caller is None or not request.answer:
+            return []
+        out: list[tuple[str, frozenset[str]]] = []
+        for eid in self.task.spec.get("targets", ()):
+            event = logic.event_row(self.db, eid)
+            if event is None or not logic.status_of(self.db, eid, caller["id"]):
+                continue
+            local = clock(logic.parse(event["start"]) + caller["utc_offset"])
+            if local == request.answer[-1]:
+                out.append((eid, EVENT_TOOLS))
+        return out
 
     @classmethod
     def generate_task(

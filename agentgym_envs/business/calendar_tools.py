@@ -2,8 +2,9 @@
 
 The tools query the episode's database through :mod:`calendar_logic`. Errors the agent
 caused are tool results, never exceptions: ``not_found`` (an unknown id) and
-``invalid_argument`` (a date that does not exist). The first user a lookup finds is the
-authenticated user; later lookups find colleagues without switching users.
+``invalid_argument`` (a date that does not exist). A lookup that finds the caller
+authenticates them; every other user a lookup finds is a colleague and never switches
+the authenticated user.
 """
 
 from __future__ import annotations
@@ -69,8 +70,7 @@ class CalendarReadTools(BusinessEnv):
         return self._found(row["id"])
 
     def _found(self, user_id: str) -> ToolResult:
-        if self.auth_user is None:  # later lookups find colleagues, never switch users
-            self.authenticate(user_id)
+        self.authenticate(user_id)  # only the caller authenticates; others are colleagues
         return self.as_json({"user_id": user_id})
 
     @tool(

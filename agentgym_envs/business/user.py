@@ -9,6 +9,11 @@ and for the news that a request is done; it answers only that.
   "I don't remember" and its value is never said.
 - It says yes only to a proposal that names the expected write (a verb of it) and every
   value the write needs (ids, items, ...); any other proposal is corrected.
+- It counts an answer only if the message gives exactly the expected values of their
+  kind (every candidate time, number, status ... is extracted; see
+  :mod:`~agentgym_envs.business.answers`), and a refusal only if the message is one
+  (it cannot, asks no confirmation, and names what the request was about); the env then
+  checks the world side (the answer's record was read after authentication).
 - It ends the conversation once its last request is met, or correctly refused.
 
 Wording comes from paraphrase templates drawn with an RNG seeded from (task, trial,
@@ -25,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from agentgym_envs.business.answers import AnswerReader
 
 QUESTION_CUES = (
     "?",
@@ -63,19 +70,6 @@ UNAVAILABLE_CUES = (
     "is taken",
     "is booked",
     "is full",
-)
-REFUSAL_CUES = (
-    "cannot",
-    "can't",
-    "can not",
-    "unable",
-    "not able",
-    "not allowed",
-    "not permitted",
-    "against our policy",
-    "against the policy",
-    "i'm sorry",
-    "i am sorry",
 )
 DONE_CUES = (
     "done",
@@ -217,6 +211,8 @@ class SimulatedUser:
         synonyms: slot -> words that ask for it (``{"zip": ["zip", "postal code"]}``).
         write_verbs: every write verb of the domain (to notice unwanted proposals).
         seed: (task seed, trial): the wording RNG is seeded from these and the turn.
+        reader: how answers and refusals are judged (the domain's answer kinds and id
+            pattern); by default local times and numbers.
     """
 
     def __init__(
@@ -225,8 +221,10 @@ class SimulatedUser:
         synonyms: Mapping[str, Sequence[str]],
         write_verbs: Sequence[str],
         seed: tuple[int, int],
+        reader: AnswerReader | None = None,
     ) -> None:
         self.goal = goal
+        self.reader = reader or AnswerReader()
         self.synonyms = {k: tuple(v) for k, v in synonyms.items()}
         self.write_verbs = tuple(write_verbs)
         self.seed = seed
@@ -259,8 +257,10 @@ class SimulatedUser:
 
         Args:
             message: what the agent said.
-            satisfied: whether the env's state already meets a ``write`` or
-                ``transfer`` request (the user cannot see the database itself).
+            satisfied: whether the env's state already meets a request: a ``write``
+                or ``transfer`` is done, a ``question``'s record was read after
+                authentication, no write was made while a ``refuse`` was asked (the
+                user cannot see the database itself).
         """
         self.state.turn += 1
         rng = self._rng()
@@ -284,7 +284,7 @@ class SimulatedUser:
             self.state.fallback = True
             self.state.confirmed = False
             parts.append(_pick(rng, tuple(req.fallback["say"])))
-        elif confirmed is None and self._met(req, text, satisfied):
+        elif confirmed is None and self._met(req, message, satisfied):
             parts.append(self._advance(rng))
         if not parts:
             parts.append(_pick(rng, req.say))
@@ -327,11 +327,12 @@ class SimulatedUser:
             parts.append(f"{_pick(rng, _WRONG)} {_pick(rng, req.say)}")
         return None
 
-    def _met(self, req: Request, text: str, satisfied: Callable[[Request], bool]) -> bool:
+    def _met(self, req: Request, message: str, satisfied: Callable[[Request], bool]) -> bool:
         if req.kind == "question":
-            return all(a.lower() in text for a in req.answer)
+            return self.reader.answers(message, req.answer) and satisfied(req)
         if req.kind == "refuse":
-            return _has(text, REFUSAL_CUES)
+            return self.reader.refuses(message, req.say) and satisfied(req)
+        text = message.lower()
         return satisfied(req) and (req.kind == "transfer" or _has(text, DONE_CUES))
 
     def _advance(self, rng: np.random.Generator) -> str:

@@ -82,11 +82,13 @@ def test_question_refusal_and_fallback_requests() -> None:
         ]
     )
     assert user.request.kind == "question"
-    assert "renew it a third time" in user.reply("It has 2 renewals.", lambda r: False).text.lower()
+    user.reply("It has 2 renewals.", lambda r: False)  # the env: its record was not read
+    assert user.request.kind == "question"
+    assert "renew it a third time" in user.reply("It has 2 renewals.", lambda r: True).text.lower()
     assert user.request.kind == "refuse"
-    user.reply("Sure, done!", lambda r: False)  # not a refusal: the user insists
+    user.reply("Sure, done!", lambda r: True)  # not a refusal: the user insists
     assert user.request.kind == "refuse"
-    user.reply("I'm sorry, policy allows two renewals at most.", lambda r: False)
+    user.reply("I'm sorry, policy allows two renewals at most.", lambda r: True)
     assert user.request.kind == "write"
     told = user.reply("L0003 is not available for renewal.", lambda r: False)
     assert "L0004" in told.text and user.expected_write()[1] == ("L0004",)

@@ -15,6 +15,7 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.policies import make_policy
 from agentgym_envs.policies.chat import ONE_SHOT_PREFIX, ChatHistories, example_action
 from agentgym_envs.policies.hf import HFPolicy
+from agentgym_envs.registration import find
 
 CHEAP_ENVS = ("Sokoban", "FrozenLake", "FrozenLakeSlippery", "Dungeon", "Retail", "Calendar")
 
@@ -178,7 +179,7 @@ def test_histories_one_shot_new_episodes_and_native_turns() -> None:
 
 @pytest.mark.parametrize("name", CHEAP_ENVS)
 def test_one_shot_example_is_a_valid_action(name: str) -> None:
-    env = gym.make(f"agentgym/{name}-v0")
+    env = gym.make(find(name).id)
     _, info = env.reset(seed=0)
     example = example_action(info["system"], info["tools"])
     assert example is not None

@@ -9,6 +9,7 @@ import gymnasium as gym
 
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core import Outcome
+from agentgym_envs.registration import find
 from agentgym_envs.wrappers import apply_wrappers
 
 # a cheap sample of tasks per env for oracle checks: (env id, reset seeds)
@@ -22,7 +23,7 @@ ORACLE_SAMPLE = {
 
 
 def make(name: str, specs: list[Any], **kwargs: Any) -> gym.Env[str, str]:
-    return apply_wrappers(gym.make(f"agentgym/{name}-v0", **kwargs), specs)
+    return apply_wrappers(gym.make(find(name).id, **kwargs), specs)
 
 
 def play(
