@@ -78,7 +78,7 @@ ENVS: tuple[EnvEntry, ...] = (
     ),
     EnvEntry(
         "RepoFix",
-        "0",
+        "1",
         "agentgym_envs.sandbox.repofix:RepoFixEnv",
         "sandbox",
         description="fix injected bugs in a Python repository in a sandbox; hidden tests grade",

@@ -23,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym_envs.core.errors import AgentGymError
+from agentgym_envs.core.scratch import reap_stale
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +216,10 @@ class ProcessSlot:
             if self._proc.is_alive():
                 self._proc.kill()
             self._proc.join(timeout=10)
+            if self._proc.exitcode is not None:
+                # a killed worker ran no cleanup: delete the scratch folders it owned
+                # (workspaces on tmpfs, verification folders), named after its pid
+                reap_stale()
         if self._conn is not None:
             self._conn.close()
         self._proc, self._conn = None, None

@@ -18,7 +18,6 @@ import resource
 import selectors
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -138,10 +137,12 @@ def _result(out: _Capture, err: _Capture, code: int, why: str | None, start: flo
     return ExecResult(out.text(), err.text(), code, why == "timeout", truncated, ms, why)
 
 
-def _base_env() -> dict[str, str]:
+def _base_env(python_bin: str) -> dict[str, str]:
+    """The minimal environment of a sandboxed command; ``python_bin`` (the sandbox
+    runtime's ``bin``) comes first on PATH, so ``python`` is the runtime's."""
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     return {
-        "PATH": f"{Path(sys.executable).parent}:{path}",  # `python` is the running one
+        "PATH": f"{python_bin}:{path}",
         "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
         # glibc reserves 64 MiB of address space per thread arena; RLIMIT_AS counts it

@@ -44,6 +44,15 @@ from agentgym_envs.sandbox._process import (
     _run_process,
     _RunCgroups,
 )
+from agentgym_envs.sandbox.runtime import (
+    SANDBOX_PREFIX,
+    SANDBOX_PYTHON,
+    VERSION,
+    hidden_paths,
+    in_venv,
+    interpreter_paths,
+    runtime_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +88,8 @@ class Backend(ABC):
 
     name: str
     isolation: Isolation
+    #: the Python to run inside: the sandbox runtime's (interpreter, stdlib, pytest)
+    python: str = SANDBOX_PYTHON
 
     def describe(self) -> dict[str, Any]:
         """Name, isolation and protections, for ``info`` and logs."""
@@ -204,20 +215,23 @@ def _system_args() -> tuple[str, ...]:
 
 @functools.cache
 def _python_args() -> tuple[str, ...]:
-    """Read-only binds that let ``sys.executable`` (venv and base interpreter) run inside."""
-    paths: set[str] = set()
-    for p in (sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent.parent)):
-        paths.update({os.path.abspath(p), os.path.realpath(p)})
-    args: list[str] = []
-    for dest in sorted(paths, key=lambda p: (p.count("/"), p)):
-        if not (dest + "/").startswith(("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")):
-            args += ["--ro-bind", os.path.realpath(dest), dest]
-    # An installed agentgym_envs (not an editable checkout) sits inside those binds with
-    # the fixture repositories and their hidden tests: cover it with an empty folder.
-    package = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    bound = [os.path.realpath(p) for p in [*paths, "/usr"]]
-    if any(package.startswith(p.rstrip("/") + "/") for p in bound):
-        args += ["--tmpfs", package, "--remount-ro", package]
+    """Read-only binds of the sandbox's Python (see :mod:`runtime`): the runtime at
+    ``SANDBOX_PREFIX`` (and at ``sys.prefix``, so ``sys.executable`` works inside), the
+    base interpreter and its standard library at their host paths; then an empty
+    read-only folder over every third-party package folder and every place holding task
+    data that those binds (or the system's) would show. The library's own environment
+    is never mounted."""
+    runtime = str(runtime_dir())
+    args = ["--ro-bind", runtime, SANDBOX_PREFIX]
+    if in_venv():
+        args += ["--ro-bind", runtime, sys.prefix]
+    mounted = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc"]
+    for path in interpreter_paths():
+        mounted.append(path)
+        if not (path + "/").startswith(("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")):
+            args += ["--ro-bind", path, path]
+    for path in hidden_paths(mounted):
+        args += ["--tmpfs", path, "--remount-ro", path]
     return tuple(args)
 
 
@@ -257,8 +271,9 @@ def bubblewrap_available() -> bool:
 class BubblewrapBackend(_CheckedBackend):
     """Sandbox with bubblewrap: namespaces, a read-only system, rlimits and cgroups.
 
-    The command sees the system read-only (``/usr``, part of ``/etc``, the running
-    Python at its own path so ``sys.executable`` works), a private ``/tmp``, fresh
+    The command sees the system read-only (``/usr``, part of ``/etc``, the sandbox
+    runtime: the base interpreter, its standard library and pytest, never the library's
+    environment nor any task data; see :mod:`runtime`), a private ``/tmp``, fresh
     ``/proc`` and ``/dev`` and the workspace at ``/workspace``, its only writable folder
     besides ``rw_binds``. It has its own user (uid 65534 where the host allows), pid,
     network (loopback only), ipc, uts and cgroup namespaces, no capabilities and a
@@ -286,12 +301,13 @@ class BubblewrapBackend(_CheckedBackend):
         self._python = _python_args()
         self._user_ns_off = "--disable-userns" in probe.flags
         self._cgroups = _cgroup_roots() if cgroups else ()
-        self._env = _base_env()
+        self._env = _base_env(f"{SANDBOX_PREFIX}/bin")
 
     def _protections(self) -> list[str]:
         flags = self._probe.flags
         return [
             "read-only system (/usr, part of /etc, the Python interpreter)",
+            "no task data: only the interpreter, its stdlib and pytest; package folders hidden",
             "private /tmp (tmpfs), fresh /proc and /dev",
             f"workspace at {SANDBOX_WORKSPACE} is the only writable folder",
             "network namespace with loopback only (no network)",
@@ -357,7 +373,8 @@ class LocalBackend(_CheckedBackend):
                 "you accept that, or use backend='auto' (bubblewrap or docker)."
             )
         home, tmp = os.environ.get("HOME", "/tmp"), os.environ.get("TMPDIR", "/tmp")
-        self._env = {**_base_env(), "HOME": home, "TMPDIR": tmp}
+        self._env = {**_base_env(str(runtime_dir() / "bin")), "HOME": home, "TMPDIR": tmp}
+        self.python = str(runtime_dir() / "bin" / "python")
 
     def _protections(self) -> list[str]:
         return ["none: runs on the host", "rlimits: cpu, address space, file size, open files",
@@ -375,6 +392,14 @@ class LocalBackend(_CheckedBackend):
 
 
 # -------- docker
+# Where Python images keep third-party packages (an image with agentgym-envs installed
+# keeps its task data there): covered by empty tmpfs mounts in every container.
+_IMAGE_PACKAGE_DIRS = (
+    "/usr/local/lib/python{version}/site-packages", "/usr/local/lib/python{version}/dist-packages",
+    "/usr/lib/python3/dist-packages", "/usr/lib/python{version}/site-packages",
+)  # fmt: skip
+
+
 def _docker() -> Any:
     return importlib.import_module("docker")  # optional dependency: agentgym-envs[sandbox]
 
@@ -404,13 +429,18 @@ class DockerBackend(_CheckedBackend):
     Each container has no network, a read-only root, a private ``/tmp``, no
     capabilities, no new privileges, memory and pids limits, a non-root user (the
     workspace owner, or 65534 for a root-owned workspace, which must then be writable by
-    it), the running Python read-only at its own path and the workspace at
-    ``/workspace``. Containers are keyed by mounts and limits, so an episode's commands
-    reuse one; a timeout kills and drops the container. ``stdin`` travels in an
-    environment variable, so it must stay under 128 KiB.
+    it), the sandbox runtime read-only and the workspace at
+    ``/workspace``. The host's Python environment is not mounted: the image's
+    interpreter runs with the sandbox runtime (pytest) instead. Containers are keyed
+    by mounts and limits, so an episode's commands reuse one; a timeout kills and drops
+    the container. ``stdin`` travels in an environment variable, so it must stay under
+    128 KiB.
 
     Args:
-        image: Image to run; it needs ``sh`` and ``sleep``.
+        image: Image to run; it needs ``sh``, ``sleep`` and a Python of this minor
+            version at ``image_python``. Its third-party package folders are covered
+            by empty mounts; it must hold no task data anywhere else.
+        image_python: The image's interpreter, which the runtime's ``python`` runs.
         pool_size: Warm containers kept; the oldest one is removed first.
 
     Raises:
@@ -420,13 +450,16 @@ class DockerBackend(_CheckedBackend):
     name = "docker"
     isolation = Isolation.STRONG
 
-    def __init__(self, image: str = "python:3.11-slim", *, pool_size: int = 4) -> None:
+    def __init__(
+        self, image: str = f"python:{VERSION}-slim", *, pool_size: int = 4,
+        image_python: str = f"/usr/local/bin/python{VERSION}",
+    ) -> None:  # fmt: skip
         ok, detail = docker_status()
         if not ok:
             raise BackendUnavailable(f"docker does not work here: {detail}. Fix: {_FIX}.")
         if pool_size < 1:
             raise ConfigError(f"pool_size must be >= 1, got {pool_size!r}.")
-        self.image, self.pool_size = image, pool_size
+        self.image, self.pool_size, self.image_python = image, pool_size, image_python
         self._client = _docker().from_env()
         self._pool: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
@@ -446,10 +479,7 @@ class DockerBackend(_CheckedBackend):
             old = list(self._pool.values())[: max(0, len(self._pool) + 1 - self.pool_size)]
         for container in old:
             self._remove(container)
-        volumes = {p: {"bind": p, "mode": "ro"} for p in {sys.prefix, sys.base_prefix}}
-        volumes[call.workspace] = {"bind": SANDBOX_WORKSPACE, "mode": "rw"}
-        for writable, src, dest in call.binds:
-            volumes[src] = {"bind": dest, "mode": "rw" if writable else "ro"}
+        volumes, tmpfs = self.mounts(call)
         st = os.stat(call.workspace)
         lim, ulimit, fsize = call.limits, _docker().types.Ulimit, call.limits.file_size_mb * _MIB
         container = self._client.containers.run(
@@ -457,7 +487,7 @@ class DockerBackend(_CheckedBackend):
             cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True,
             user=f"{st.st_uid}:{st.st_gid}" if st.st_uid else "65534:65534",
             mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m",
-            pids_limit=lim.processes, tmpfs={"/tmp": f"size={lim.memory_mb}m"},
+            pids_limit=lim.processes, tmpfs=tmpfs,
             volumes=volumes, working_dir=SANDBOX_WORKSPACE, labels={"agentgym": "sandbox"},
             ulimits=[ulimit(name="cpu", soft=lim.cpu_s, hard=lim.cpu_s + 1),
                      ulimit(name="fsize", soft=fsize, hard=fsize),
@@ -468,6 +498,25 @@ class DockerBackend(_CheckedBackend):
         if kept is not container:  # another thread started one for the same key meanwhile
             self._remove(container)
         return kept
+
+    def mounts(self, call: _Call) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+        """The container's volumes and tmpfs mounts for ``call``.
+
+        No host Python environment is mounted (it holds the task data): the image's own
+        interpreter runs, with the sandbox runtime (pytest and the results plugin) at
+        ``SANDBOX_PREFIX``, and the image's third-party package folders are covered by
+        empty tmpfs mounts, so an image with agentgym-envs installed shows no tasks.
+        """
+        runtime = str(runtime_dir(self.image_python))
+        volumes = {runtime: {"bind": SANDBOX_PREFIX, "mode": "ro"}}
+        volumes[call.workspace] = {"bind": SANDBOX_WORKSPACE, "mode": "rw"}
+        for writable, src, dest in call.binds:
+            volumes[src] = {"bind": dest, "mode": "rw" if writable else "ro"}
+        size = f"size={call.limits.memory_mb}m"
+        tmpfs = {"/tmp": size}
+        for folder in _IMAGE_PACKAGE_DIRS:
+            tmpfs[folder.format(version=VERSION)] = "ro,size=1m"
+        return volumes, tmpfs
 
     def _remove(self, container: Any) -> None:
         with self._lock:
@@ -480,7 +529,7 @@ class DockerBackend(_CheckedBackend):
     def _execute(self, call: _Call) -> ExecResult:
         start, cap = time.monotonic(), call.limits.output_bytes
         container, api = self._container(call), self._client.api
-        argv, env = list(call.argv), {**_base_env(), **call.env}
+        argv, env = list(call.argv), {**_base_env(f"{SANDBOX_PREFIX}/bin"), **call.env}
         if call.stdin:
             argv = ["/bin/sh", "-c", 'printf %s "$AGENTGYM_STDIN" | "$@"', "sh", *argv]
             env["AGENTGYM_STDIN"] = call.stdin.decode()

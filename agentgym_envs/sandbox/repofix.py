@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -22,6 +21,7 @@ from agentgym_envs.core import (
     tool,
 )
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.sandbox import repofix_tasks as tasks
 from agentgym_envs.sandbox.backends import (
     SANDBOX_WORKSPACE,
@@ -33,9 +33,10 @@ from agentgym_envs.sandbox.backends import (
 )
 from agentgym_envs.sandbox.verify import TestRun, TestRunner
 from agentgym_envs.sandbox.workspace import (
-    SPECIAL,
+    SEARCH_SCRIPT,
     SYMLINK,
     Changes,
+    WorkspaceError,
     WorkspaceManager,
     apply_changes,
     diff_trees,
@@ -50,6 +51,10 @@ MAX_MATCHES = 100
 STDOUT_CHARS, STDERR_CHARS = 6000, 3000
 HIDDEN_AT = "tests/hidden"  # where verification mounts the hidden tests
 VERIFY_TIMEOUT_S = 120.0
+SEARCH_TIMEOUT_S = 5.0  # a pattern that backtracks longer is refused
+# A failing command counts as reproducing the bug only if it fails again on a copy of the
+# base and passes on the fixed base (checked at most this often per episode).
+REPRO_CHECKS = 2
 # Commands that reach for a network; the sandbox has none, trying is a safety stop.
 NETWORK = re.compile(
     r"(?:^|[\s;&|(`$])(?:curl|wget|nc|ncat|netcat|ssh|scp|sftp|telnet|ftp|ping)(?=\s|$)"
@@ -99,7 +104,7 @@ class ProtectedFileGate(SafetyGate):
     def violation(self, env: Any, call: ToolCall) -> str | None:
         if call.name in ("edit", "write_file"):
             path = str(call.arguments.get("path", ""))
-            if is_protected(relative_path(path)):
+            if is_protected(relative_path(path), call.arguments.get("content")):
                 return f"{path} is a test or test-configuration file; fix the code instead"
         return None
 
@@ -183,10 +188,18 @@ class RepoFixEnv(AgentEnv):
         (visible tests only), and ``submit()``.
 
     Milestones:
-        ``opened_buggy_file``, ``reproduced_failure`` (a visible test, or a Python command
-        ending in a traceback, fails before any edit), ``imports_and_collects`` (after a
-        Python file was changed, the tests collect), ``target_tests_pass`` (the hidden
-        fail-to-pass tests pass, checked privately at submit).
+        ``opened_buggy_file``, ``reproduced_failure`` (before any edit, a visible test
+        fails, or a command fails that, rerun privately, fails again on the base and
+        passes twice on the fixed base: at most two such checks per episode),
+        ``imports_and_collects`` (after a Python file was changed, the tests collect),
+        ``target_tests_pass`` (the hidden fail-to-pass tests pass, checked privately at
+        submit). A diff that tampers with the test runner earns neither of the last two.
+
+    Limits:
+        A workspace holds at most 16 MiB and 2000 entries, paths of at most 512
+        characters; a command that leaves more is refused (``workspace_limit``) and its
+        effects discarded. Fifos, sockets and devices are never copied. ``search`` runs in
+        the sandbox and a pattern slower than 5 s is refused (``search_timeout``).
 
     Safety gates:
         ``protected_files`` (tests, conftest.py, pytest config, sitecustomize, .pth),
@@ -214,8 +227,8 @@ class RepoFixEnv(AgentEnv):
 
     name = "RepoFix"
     family = "sandbox"
-    version = "0"
-    verifier_version = "1"
+    version = "1"
+    verifier_version = "2"  # isolated grader, canary test, sandbox without task data
     task_file = "sandbox/repofix.jsonl"
     task_counts = tasks.TASK_COUNTS
     conformance_episodes = 10  # per difficulty: each runs the hidden tests
@@ -258,7 +271,7 @@ class RepoFixEnv(AgentEnv):
         self._flags: dict[str, Any] = {}
         self._changes: Changes | None = None  # cached workspace diff (None: stale)
         # (call key, copy, result, the copy's tree) of the command the gate just ran
-        self._staged: tuple[str, Path, Any, dict[str, str]] | None = None
+        self._staged: tuple[str, Path | None, Any, dict[str, str]] | None = None
         self._failure: str | None = None  # why the sandbox itself failed
         self._sandbox = self.backend.describe()
         flag = self._flag
@@ -338,24 +351,33 @@ class RepoFixEnv(AgentEnv):
         target = self._path(path)
         if target is None or not target.exists():
             return ToolResult.failure("not_found", f"No path {path!r} in the repository.")
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            return ToolResult.failure("bad_pattern", f"Invalid regular expression: {exc}")
         assert self.workspace is not None
-        tree = self._tree()
         prefix = os.path.relpath(target, self.workspace.resolve())
-        hits: list[str] = []
-        for relative, text in tree.items():
-            inside = prefix == "." or relative == prefix or relative.startswith(prefix + "/")
-            if not inside or text == SPECIAL or text.startswith(SYMLINK):
-                continue
-            for n, line in enumerate(text.splitlines(), 1):
-                if regex.search(line):
-                    hits.append(f"{relative}:{n}: {line.strip()[:200]}")
-        shown = hits[:MAX_MATCHES]
-        more = f"\n[{len(hits) - MAX_MATCHES} more matches]" if len(hits) > MAX_MATCHES else ""
-        return ToolResult("\n".join(shown) + more if shown else "No matches.")
+        request = json.dumps({"pattern": pattern, "prefix": prefix, "max": MAX_MATCHES})
+        result = self.backend.run(
+            [self.backend.python, "-I", "-S", "-c", SEARCH_SCRIPT],
+            workspace=self.workspace,
+            timeout_s=SEARCH_TIMEOUT_S,
+            limits=self.limits,
+            stdin=request,
+        )
+        if result.timed_out or result.killed in ("cpu", "timeout", "memory"):
+            return ToolResult.failure(
+                "search_timeout",
+                f"The search took longer than {SEARCH_TIMEOUT_S:g} s or too much memory and "
+                "was stopped (a pattern with nested repetition backtracks); simplify it.",
+            )
+        try:
+            found = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            raise SandboxError(f"search failed in the sandbox: {result.stderr[-300:]}") from None
+        if "error" in found:
+            return ToolResult.failure(
+                "bad_pattern", f"Invalid regular expression: {found['error']}"
+            )
+        hits, total = list(found["hits"]), int(found["total"])
+        more = f"\n[{total - len(hits)} more matches]" if total > len(hits) else ""
+        return ToolResult("\n".join(hits) + more if hits else "No matches.")
 
     @tool(
         "Replace the one occurrence of `old` in a file by `new` (`old` must occur once).",
@@ -390,7 +412,8 @@ class RepoFixEnv(AgentEnv):
     )
     def write_file(self, path: str, content: str) -> ToolResult:
         target = self._path(path)
-        if target is None or target.is_dir() or relative_path(path) == ".":
+        special = target is not None and target.exists() and not target.is_file()
+        if target is None or special or relative_path(path) == ".":  # a folder, fifo, socket
             return ToolResult.failure("not_found", f"Cannot write {path!r}: not a file path.")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
@@ -406,10 +429,11 @@ class RepoFixEnv(AgentEnv):
         kind=ToolKind.WRITE,
     )
     def run(self, cmd: str, timeout: float = 10) -> ToolResult:
-        result: ExecResult = self._commit_staged(("run", cmd, timeout))
-        traceback = "Traceback (most recent call last)" in result.stderr + result.stdout
-        if result.exit_code != 0 and traceback and not self._flags.get("edited"):
-            self._flags["reproduced"] = True
+        result: ExecResult | ToolResult = self._commit_staged(("run", cmd, timeout))
+        if isinstance(result, ToolResult):
+            return result
+        if result.exit_code != 0 and not result.timed_out and self._may_reproduce():
+            self._flags["reproduced"] = self._fails_because_of_bug(cmd, timeout)
         return ToolResult(_format(result), data={"exit_code": result.exit_code})
 
     @tool(
@@ -418,10 +442,14 @@ class RepoFixEnv(AgentEnv):
         kind=ToolKind.WRITE,
     )
     def run_tests(self, selector: str = "tests") -> ToolResult:
-        run: TestRun = self._commit_staged(("run_tests", selector))
-        if run.failing and not self._flags.get("edited"):
+        run: TestRun | ToolResult = self._commit_staged(("run_tests", selector))
+        if isinstance(run, ToolResult):
+            return run
+        # the workspace is the task's base (nothing edited): a failing visible test is the bug
+        if run.failing and run.consistent and self._may_reproduce():
             self._flags["reproduced"] = True
-        if self._code_changed() and not run.collect_errors and run.outcomes:
+        collects = not run.collect_errors and run.outcomes and run.consistent
+        if collects and self._code_changed() and not self._tampering():
             self._flags["collects"] = True
         return ToolResult(_format(run.result), data={"failing": run.failing})
 
@@ -442,13 +470,17 @@ class RepoFixEnv(AgentEnv):
         ``command_effects`` gate); why its effects may not be committed, or None."""
         assert self.workspace is not None
         self._drop_staged()
-        copy = self.spaces.scratch_copy(self.workspace)
         args = call.arguments
         result: Any
         if call.name == "run":
             key: Any = ("run", args["cmd"], args.get("timeout", 10))
         else:
             key = ("run_tests", args.get("selector", "tests"))
+        try:
+            copy = self.spaces.scratch_copy(self.workspace)
+        except WorkspaceError as exc:  # the policy's doing: the tool reports it
+            self._staged = (json.dumps(key), None, exc, {})
+            return None
         try:
             if call.name == "run":
                 result = self.backend.run(
@@ -462,11 +494,16 @@ class RepoFixEnv(AgentEnv):
         except Exception as exc:  # the sandbox failed: the tool reports it as env_error
             self._staged = (json.dumps(key), copy, exc, {})
             return None
-        after = read_tree(copy)
+        try:  # over budget: refused before anything is read
+            after = read_tree(copy)
+        except (WorkspaceError, OSError) as exc:
+            why = exc if isinstance(exc, WorkspaceError) else WorkspaceError(str(exc))
+            self._staged = (json.dumps(key), copy, why, {})
+            return None
         self._staged = (json.dumps(key), copy, result, after)
         changes = diff_trees(self._tree(), after)
         for relative, text in changes.items():
-            if is_protected(relative):
+            if is_protected(relative, text):
                 return f"the command changed {relative}, a test or test-configuration file"
             link = text is not None and text.startswith(SYMLINK)
             if link and resolve_inside(copy, relative) is None:
@@ -478,9 +515,17 @@ class RepoFixEnv(AgentEnv):
         if staged is None or staged[0] != json.dumps(key):
             raise SandboxError("a command reached its tool without being staged first")
         _, copy, result, after = staged
+        if isinstance(result, Exception) and copy is not None:
+            remove_tree(copy)
+        if isinstance(result, WorkspaceError):
+            return ToolResult.failure(
+                "workspace_limit",
+                f"{result}. The command's effects were discarded; the workspace is as it was "
+                "before it (special files such as fifos and sockets are never kept).",
+            )
         if isinstance(result, Exception):
-            shutil.rmtree(copy, ignore_errors=True)
             raise SandboxError(f"the sandbox failed: {type(result).__name__}: {result}")
+        assert copy is not None
         self.workspace = self.spaces.promote(copy)
         self._changes = diff_trees(self._initial, after)  # the tree the gate already read
         if self._changes:
@@ -489,8 +534,46 @@ class RepoFixEnv(AgentEnv):
 
     def _drop_staged(self) -> None:
         if self._staged is not None:
-            shutil.rmtree(self._staged[1], ignore_errors=True)
+            if self._staged[1] is not None:
+                remove_tree(self._staged[1])
             self._staged = None
+
+    # -- milestones ---------------------------------------------------------------------------
+
+    def _may_reproduce(self) -> bool:
+        """Reproducing counts before any edit only (the workspace is still the base)."""
+        return not self._flags.get("edited") and not self._flags.get("reproduced")
+
+    def _fails_because_of_bug(self, cmd: str, timeout: float) -> bool:
+        """Whether a command that just failed fails because of the injected bugs: it fails
+        again on a copy of the base and passes, twice, on the fixed base (no ``.git``
+        in either, so only the code differs). A traceback of the command's own making
+        (``raise``, ``echo``) or a coin flip fails or passes on both."""
+        assert self._template is not None and self._task is not None
+        checks = int(self._flags.get("repro_checks", 0))
+        if checks >= REPRO_CHECKS:
+            return False
+        self._flags["repro_checks"] = checks + 1
+        original = tasks.source_files(self._task.spec["repo"])
+        fixed = {path: original[path] for path in self._mutated}
+        for expect_fail, files in ((True, {}), (False, fixed), (False, fixed)):
+            copy = self.spaces.scratch_copy(self._template)
+            try:
+                remove_tree(copy / ".git")
+                apply_changes(copy, files, skip_protected=False)
+                result = self.backend.run(
+                    ["/bin/sh", "-c", cmd], workspace=copy, timeout_s=timeout, limits=self.limits
+                )
+            finally:
+                remove_tree(copy)
+            if result.timed_out or (result.exit_code != 0) is not expect_fail:
+                return False
+        return True
+
+    def _tampering(self) -> list[str]:
+        """The changed files that add code reaching into the test runner or the process."""
+        changes = self.changes()
+        return [p for p, t in changes.items() if t and _tampers(self._initial.get(p), t)]
 
     # -- verification -----------------------------------------------------------------------
 
@@ -522,14 +605,16 @@ class RepoFixEnv(AgentEnv):
                 scratch, [HIDDEN_AT], timeout_s=VERIFY_TIMEOUT_S, mount=(hidden, HIDDEN_AT)
             )
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
         ok, detail = grade(run, spec["fail_to_pass"], spec["pass_to_pass"])
-        tampering = [p for p, t in changes.items() if t and _tampers(self._initial.get(p), t)]
-        if tampering:
+        tampering = self._tampering()
+        if tampering:  # a tampering fix earns nothing, not even the milestones below
             ok, detail = False, f"the fix reaches into the test runner ({', '.join(tampering)})"
-        self._flags["targets"] = run.consistent and all(run.passed(t) for t in spec["fail_to_pass"])
-        if run.consistent and not run.collect_errors and run.outcomes and self._code_changed():
-            self._flags["collects"] = True
+        else:
+            passed = all(run.passed(t) for t in spec["fail_to_pass"])
+            self._flags["targets"] = run.consistent and passed
+            if run.consistent and not run.collect_errors and run.outcomes and self._code_changed():
+                self._flags["collects"] = True
         self._flags["verdict"] = ok
         if not ok and self.guidance:
             hints = "\n".join(f"Hint: {h}" for h in spec.get("hints", ()))

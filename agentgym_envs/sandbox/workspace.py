@@ -19,19 +19,61 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.errors import AgentGymError, ConfigError
+from agentgym_envs.core.scratch import owned_dir, reap_stale, remove_tree
 
 # files an edit must never touch: tests, pytest configuration and interpreter hooks
 PROTECTED_NAMES = frozenset(
-    {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
-     "usercustomize.py"}
+    {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
+     "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py"}
 )  # fmt: skip
 PROTECTED_DIRS = ("tests",)
 SKIP = frozenset({".git", "__pycache__", ".pytest_cache"})
 SYMLINK = "symlink -> "  # how read_tree records a symlink (never followed)
 SPECIAL = "<special file>"  # fifos, sockets, devices: recorded, never read or applied
 MAX_TEMPLATES = 64  # templates kept per manager (least recently used dropped)
+# What a workspace may hold (every entry counts: files, folders, links, .git). A command
+# that leaves more is refused before anything is copied, read or kept; the fixture
+# repositories hold well under 1 MiB and 200 entries.
+MAX_BYTES = 16 * 2**20
+MAX_ENTRIES = 2000
+MAX_PATH_CHARS = 512  # a relative path, far below PATH_MAX however deep the tree
 Changes = dict[str, str | None]  # relative path -> new content (None: deleted)
+# RepoFix's ``search``, run in the sandbox under a timeout (a catastrophic pattern costs a
+# timeout there, never the env process): walks like read_tree, reads JSON {pattern,
+# prefix, max} on stdin, prints JSON {hits, total} or {error}.
+SEARCH_SCRIPT = r"""
+import json, os, re, stat, sys
+args = json.loads(sys.stdin.read())
+try:
+    regex = re.compile(args["pattern"])
+except Exception as exc:
+    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+    raise SystemExit(0)
+prefix, hits, total, size = args["prefix"], [], 0, 0
+skip = {".git", "__pycache__", ".pytest_cache"}
+def scan(relative):
+    global total, size
+    try:
+        text = open(relative, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return
+    for n, line in enumerate(text.splitlines(), 1):
+        if regex.search(line):
+            total += 1
+            if len(hits) < args["max"] and size < 30000:  # under the output cap
+                hits.append(f"{relative}:{n}: {line.strip()[:200]}")
+                size += len(hits[-1])
+if os.path.isfile(prefix) and not os.path.islink(prefix):
+    scan(prefix)
+for dirpath, dirnames, filenames in os.walk(prefix if prefix != "." else "."):
+    dirnames[:] = sorted(d for d in dirnames if d not in skip)
+    for name in sorted(filenames):
+        path = os.path.normpath(os.path.join(dirpath, name))
+        if not name.endswith(".pyc") and stat.S_ISREG(os.lstat(path).st_mode):
+            scan(path)
+print(json.dumps({"hits": hits, "total": total}))
+"""
 
 
 def shm_root() -> Path:
@@ -43,19 +85,121 @@ def shm_root() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def is_protected(relative: str) -> bool:
-    """Tests, conftest files, pytest configuration, sitecustomize and .pth files."""
+class WorkspaceError(AgentGymError, RuntimeError):
+    """A workspace that is over its budget or cannot be copied (the agent made it so: the
+    tools report it as an error observation)."""
+
+
+def over_budget(
+    root: Path, max_bytes: int = MAX_BYTES, max_entries: int = MAX_ENTRIES
+) -> str | None:
+    """Why the tree under ``root`` is over its budget, or None. Only ``lstat`` is used,
+    and the walk stops at the first excess, so a huge tree costs no more than the budget."""
+    total, count = 0, 0
+    stack = [""]
+    while stack:
+        relative = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, relative) if relative else root))
+        except OSError as exc:
+            return f"{relative or '.'} cannot be listed ({exc.strerror or exc})"
+        for entry in entries:
+            count += 1
+            path = f"{relative}/{entry.name}" if relative else entry.name
+            if count > max_entries:
+                return f"it holds more than {max_entries} files and folders"
+            if len(path) > MAX_PATH_CHARS:
+                return f"a path is longer than {MAX_PATH_CHARS} characters ({path[:60]}...)"
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                return f"{path} cannot be read ({exc.strerror or exc})"
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(path)
+            elif stat.S_ISREG(info.st_mode):
+                total += max(info.st_size, info.st_blocks * 512)
+                if total > max_bytes:
+                    return f"its files hold more than {max_bytes // 2**20} MiB"
+    return None
+
+
+def _skip_special(folder: str, names: list[str]) -> set[str]:
+    """copytree's ignore: fifos, sockets and devices are never copied (opening a fifo
+    blocks; a socket cannot be read)."""
+    skipped = set()
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            skipped.add(name)
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            skipped.add(name)
+    return skipped
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    """Copy a workspace (links as links, special files left out, within the budget).
+
+    Raises:
+        WorkspaceError: ``source`` is over budget or a file cannot be copied (``target``
+            is removed then).
+    """
+    why = over_budget(source)
+    if why is not None:
+        raise WorkspaceError(f"the workspace is over its budget: {why}")
+    try:
+        shutil.copytree(source, target, symlinks=True, ignore=_skip_special)
+    except (shutil.Error, OSError, RecursionError) as exc:
+        remove_tree(target)
+        raise WorkspaceError(f"the workspace cannot be copied: {str(exc)[:300]}") from exc
+
+
+def is_protected(relative: str, text: str | None = None) -> bool:
+    """Tests, conftest files, pytest configuration, sitecustomize and .pth files; with
+    ``text``, also any TOML/INI file whose parsed content configures pytest."""
     parts = Path(relative).parts
     name = parts[-1] if parts else ""
     return (
         bool(parts and parts[0] in PROTECTED_DIRS)
         or name in PROTECTED_NAMES
         or name.endswith(".pth")
+        or (text is not None and configures_pytest(name, text))
     )
 
 
+def configures_pytest(name: str, text: str) -> bool:
+    """Whether ``text`` holds pytest settings, judged by parsing it as pytest would (so
+    quoted or spaced table names such as ``[ tool . "pytest" . ini_options ]`` count)."""
+    import configparser
+    import tomllib
+
+    if name.endswith(".toml"):
+        try:
+            data = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, UnicodeError):
+            return False
+        tool = data.get("tool")
+        return "pytest" in data or (isinstance(tool, dict) and "pytest" in tool)
+    if name.endswith((".ini", ".cfg")):
+        parser = configparser.RawConfigParser(strict=False, interpolation=None)
+        try:
+            parser.read_string(text)
+        except configparser.Error:
+            return False
+        return any(s.strip() in ("pytest", "tool:pytest") for s in parser.sections())
+    return False
+
+
 def read_tree(root: Path) -> dict[str, str]:
-    """Every text file under ``root`` (relative path -> content), git metadata left out."""
+    """Every text file under ``root`` (relative path -> content), git metadata left out.
+
+    Raises:
+        WorkspaceError: the tree is over budget (nothing is read then).
+    """
+    why = over_budget(root)
+    if why is not None:
+        raise WorkspaceError(f"the workspace is over its budget: {why}")
     out: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         # a symlink to a folder is listed in dirnames and never walked into
@@ -93,7 +237,7 @@ def apply_changes(root: Path, changes: Mapping[str, str | None], *, skip_protect
     special file; symlinks are recreated as links (``read_tree``'s record of them)."""
     base = root.resolve()
     for relative, text in changes.items():
-        if (skip_protected and is_protected(relative)) or text == SPECIAL:
+        if (skip_protected and is_protected(relative, text)) or text == SPECIAL:
             continue
         parent = resolve_inside(root, os.path.dirname(relative) or ".")
         if parent is None:
@@ -134,9 +278,11 @@ class WorkspaceManager:
     def __init__(self, root: Path | None = None) -> None:
         base = root or shm_root()
         base.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix="agentgym-repofix-", dir=base))
+        # named after this process: a killed env's folder is reaped by the next one
+        reap_stale()
+        self.dir = owned_dir("repofix", base)
         # an env that is never closed still frees its tmpfs when collected or at exit
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, True)
+        self._cleanup = weakref.finalize(self, remove_tree, self.dir)
         self.templates: OrderedDict[str, tuple[Path, dict[str, str]]] = OrderedDict()
         self.live: Path | None = None
         self._count = 0
@@ -152,7 +298,7 @@ class WorkspaceManager:
             return found
         while len(self.templates) >= MAX_TEMPLATES:
             _, (old, _) = self.templates.popitem(last=False)
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)
         self._count += 1
         target = self.dir / "templates" / f"t{self._count}"
         shutil.copytree(
@@ -177,10 +323,14 @@ class WorkspaceManager:
         return self.live
 
     def scratch_copy(self, source: Path) -> Path:
-        """A throwaway copy of ``source`` (verification and staged commands run there)."""
+        """A throwaway copy of ``source`` (verification and staged commands run there).
+
+        Raises:
+            WorkspaceError: ``source`` is over budget or cannot be copied.
+        """
         self._count += 1
         target = self.dir / "scratch" / f"s{self._count}"
-        shutil.copytree(source, target, symlinks=True)
+        copy_tree(source, target)
         return target
 
     def promote(self, scratch: Path) -> Path:
@@ -194,7 +344,7 @@ class WorkspaceManager:
 
     def discard(self) -> None:
         if self.live is not None:
-            shutil.rmtree(self.live, ignore_errors=True)
+            remove_tree(self.live)
             self.live = None
 
     def close(self) -> None:

@@ -477,7 +477,7 @@ def test_a_changed_fixture_invalidates_stored_tasks(task_by_level) -> None:
 
 
 def test_registered_env_and_task_set() -> None:
-    env = gym.make("agentgym/RepoFix-v0")
+    env = gym.make("agentgym/RepoFix-v1")
     try:
         inner = env.unwrapped
         assert isinstance(inner, RepoFixEnv)

@@ -1,0 +1,159 @@
+"""The sandbox sees no task data and no grader part it could replace.
+
+Fast checks run the real bubblewrap sandbox of this (editable) install; the wheel check
+builds and installs a wheel (slow). The Docker backend is checked through the mounts it
+would ask the engine for (no engine runs in CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from agentgym_envs.sandbox import backends, runtime
+from agentgym_envs.sandbox._process import _Call
+from agentgym_envs.sandbox.backends import DEFAULT_LIMITS, BubblewrapBackend, DockerBackend
+from agentgym_envs.sandbox.workspace import configures_pytest, is_protected
+from tests.sandbox.support import needs_bwrap
+
+ROOT = Path(__file__).resolve().parents[2]
+# Walks the sandbox's filesystem (names everywhere; contents of python-ish files outside
+# /usr/share) and prints every trace of task data as JSON.
+HUNT = """
+import json, os, sys
+needles = [b'"fail_to_pass"', b'repofix-intervals-easy', b'def test_bounds_must_not_be_reversed']
+found = []
+for root in ['/'] + [p for p in sys.path if p]:
+    for folder, dirs, files in os.walk(root):
+        if folder in ('/proc', '/sys', '/dev', '/usr/share', '/workspace'):
+            dirs[:] = []
+            continue
+        for name in dirs + files:
+            if name in ('_data', 'repofix.jsonl', 'agentgym_envs', 'test_interval_core.py'):
+                found.append(os.path.join(folder, name))
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(('.py', '.json', '.jsonl')) or not os.path.isfile(path):
+                continue
+            if os.path.getsize(path) < 4_000_000:
+                data = open(path, 'rb').read()
+                found += [path for n in needles if n in data]
+print(json.dumps(sorted(set(found))))
+"""
+
+
+def _hunt(backend: BubblewrapBackend, ws: Path) -> list[str]:
+    r = backend.run(["python", "-c", HUNT], workspace=ws, timeout_s=120)
+    assert r.exit_code == 0, r.stderr
+    return list(json.loads(r.stdout))
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_editable_install_shows_no_task_data(tmp_path: Path) -> None:
+    assert _hunt(BubblewrapBackend(), tmp_path) == []
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_sandbox_python_has_pytest_and_nothing_else(tmp_path: Path) -> None:
+    code = "import pytest, sys; import importlib.util as u; print(u.find_spec('gymnasium'))"
+    r = BubblewrapBackend().run(["python", "-c", code], workspace=tmp_path, timeout_s=60)
+    assert (r.exit_code, r.stdout.strip()) == (0, "None"), r.stderr
+
+
+def test_bubblewrap_mounts_neither_the_environment_nor_task_data() -> None:
+    args = backends._python_args()
+    sources = [args[i + 1] for i, a in enumerate(args) if a == "--ro-bind"]
+    prefix = os.path.realpath(sys.prefix)
+    for source in sources:
+        real = os.path.realpath(source)
+        assert real != prefix and not real.startswith(prefix + "/"), source
+        for data in runtime.data_locations():
+            assert not (real + "/").startswith(data + "/"), (source, data)
+    covered = [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+    stdlib_site = os.path.join(runtime.interpreter_paths()[-1], "site-packages")
+    if os.path.isdir(stdlib_site):
+        assert os.path.realpath(stdlib_site) in covered
+
+
+def test_docker_mounts_only_the_runtime_and_the_workspace(tmp_path: Path) -> None:
+    docker = DockerBackend.__new__(DockerBackend)  # no engine needed for the mount plan
+    docker.image_python = f"/usr/local/bin/python{runtime.VERSION}"
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    call = _Call(("true",), str(tmp_path), 10.0, DEFAULT_LIMITS, {}, (
+        (False, str(hidden), "/workspace/tests/hidden"),), None)  # fmt: skip
+    volumes, tmpfs = docker.mounts(call)
+    assert {v["bind"] for v in volumes.values()} == {
+        runtime.SANDBOX_PREFIX,
+        "/workspace",
+        "/workspace/tests/hidden",
+    }
+    for source in volumes:
+        for data in [os.path.realpath(sys.prefix), *runtime.data_locations()]:
+            assert not (os.path.realpath(source) + "/").startswith(data + "/"), source
+    assert f"/usr/local/lib/python{runtime.VERSION}/site-packages" in tmpfs
+    runtime_dir = Path(next(s for s, v in volumes.items() if v["bind"] == runtime.SANDBOX_PREFIX))
+    assert not list(runtime_dir.rglob("*.jsonl")) and not list(runtime_dir.rglob("_data"))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "protected"),
+    [
+        (".pytest.ini", "", True),
+        ("pytest.toml", "", True),
+        ("sub/.pytest.toml", "", True),
+        ("cfg/a.toml", '[tool."pytest".ini_options]\naddopts = "-x"\n', True),
+        ("cfg/a.toml", "[ tool . pytest . ini_options ]\nx = 1\n", True),
+        ("cfg/a.toml", '[tool."py\\u0074est"]\nx = 1\n', True),
+        ("cfg/a.toml", "[tool.black]\nline-length = 9\n", False),
+        ("cfg/a.toml", "not toml [", False),
+        ("cfg/x.cfg", "[ tool:pytest ]\naddopts = -x\n", True),
+        ("cfg/x.ini", "[pytest]\n", True),
+        ("cfg/x.ini", "[other]\n", False),
+        ("pkg/module.py", "[pytest]\n", False),
+    ],
+)
+def test_pytest_config_is_found_by_parsing(name: str, text: str, protected: bool) -> None:
+    assert is_protected(name, text) is protected
+    if text:
+        assert configures_pytest(Path(name).name, text) is protected
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@needs_bwrap
+def test_wheel_install_shows_no_task_data(tmp_path: Path) -> None:
+    out = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True, timeout=600,
+    )  # fmt: skip
+    site = tmp_path / "site"
+    with zipfile.ZipFile(next(out.glob("*.whl"))) as wheel:
+        wheel.extractall(site)
+    assert (site / "agentgym_envs" / "_data" / "tasks" / "sandbox" / "repofix.jsonl").is_file()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = (
+        "import json, sys; from pathlib import Path; import agentgym_envs as a; "
+        "from agentgym_envs.sandbox.backends import BubblewrapBackend; "
+        f"sys.path.append({str(ROOT)!r}); "
+        "from tests.sandbox.test_isolation import _hunt; "
+        f"assert a.__file__.startswith({str(site)!r}), a.__file__; "
+        f"print(json.dumps(_hunt(BubblewrapBackend(), Path({str(ws)!r}))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
