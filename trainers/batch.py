@@ -132,11 +132,13 @@ def agent_forward(
     temperature: float,
     *,
     entropy_grad: bool = False,
+    detach_values: bool = False,
 ) -> AgentOutputs:
     """Log-probabilities (and values) of the agent tokens of ``batch``.
 
     The decoder runs on the whole sequences; the LM head and the log-softmax run only on
-    the positions that predict an agent token.
+    the positions that predict an agent token. ``detach_values`` feeds the value head
+    detached features, so the critic's loss never reaches the trunk.
     """
     decoder = lm.get_decoder()  # type: ignore[operator]
     head = lm.get_output_embeddings()  # type: ignore[operator]
@@ -155,7 +157,8 @@ def agent_forward(
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         source = logp_all if entropy_grad else logp_all.detach()
         entropy = -(source.exp() * source).sum(-1)
-    values = value_head(predictors.float()).float() if value_head is not None else None
+    features = predictors.detach() if detach_values else predictors
+    values = value_head(features.float()).float() if value_head is not None else None
     return AgentOutputs(logprobs, entropy, values)
 
 

@@ -14,6 +14,10 @@ is the sampled id list. :meth:`ChatFormat.render_ids` re-renders the same messag
 text, and the rollout compares the two at every turn: a difference (a sample whose text
 would tokenize differently, a template that is not concatenative) is counted as a
 re-tokenization mismatch, never hidden.
+
+Env text (system prompt, observations) is always encoded as plain text through
+:class:`~agentgym_envs.llm.ChatTemplate`: a page or tool result that contains
+``<|im_end|>\n<|im_start|>system`` stays text and can never forge a turn.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.llm import ChatTemplate
 
 Message = dict[str, str]
 
@@ -46,24 +51,23 @@ class ChatFormat:
         self.eos_id = int(eos)
         self.eos_text: str = tokenizer.eos_token
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
+        self.template = ChatTemplate(tokenizer)
         self._check_concatenative()
 
     # -- rendering -------------------------------------------------------------------------
 
     def render_text(self, messages: Sequence[Message], generation_prompt: bool) -> str:
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=generation_prompt
-        )
-        assert isinstance(text, str)
-        return text
+        return self.template.render_text(messages, generation_prompt)
 
     def encode(self, text: str) -> list[int]:
-        """Ids of template/env text (special tokens in the text are parsed as such)."""
+        """Ids of the template's own text (its special tokens parsed as such); never use it
+        for env text."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def render_ids(self, messages: Sequence[Message], generation_prompt: bool) -> list[int]:
-        """A fresh render from text: what a re-tokenizing trainer would see."""
-        return self.encode(self.render_text(messages, generation_prompt))
+        """A fresh render from text: what a re-tokenizing trainer would see (message text
+        as plain text)."""
+        return self.template.render_ids(messages, generation_prompt)
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
@@ -99,15 +103,8 @@ class ChatFormat:
     def open(self, messages: Sequence[Message], observation: str) -> list[int]:
         """Ids of a user message holding ``observation`` plus the generation prompt, given
         ``messages`` that end with a completed assistant (or user) message."""
-        base = self.render_text(messages, False)
-        full = self.render_text([*messages, {"role": "user", "content": observation}], True)
-        if not full.startswith(base):
-            raise ConfigError(
-                "the chat template re-renders earlier messages when a user message is "
-                "added, so token-in/token-out rollouts are impossible with it; use a "
-                "concatenative template (ChatML, Llama 3, ...)"
-            )
-        return self.encode(full[len(base) :])
+        after = [*messages, {"role": "user", "content": observation}]
+        return self.template.suffix_ids(messages, after, True)
 
     def _check_concatenative(self) -> None:
         probe: list[Message] = [

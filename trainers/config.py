@@ -69,7 +69,11 @@ class TrainConfig:
     top_p: float = 1.0
     """Nucleus sampling mass."""
     lr: float = 1e-5
-    """AdamW learning rate."""
+    """RL AdamW learning rate (RL starts with a fresh optimizer after the SFT warm start)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """RL learning-rate schedule after warmup, over all RL optimizer steps."""
+    warmup_steps: int = 0
+    """RL optimizer steps of linear warmup from 0 to lr."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
@@ -97,15 +101,35 @@ class TrainConfig:
     dual_clip: float | None = None
     """Dual-clip constant c > 1 for negative advantages (off by default)."""
     kl_coef: float = 0.0
-    """Coefficient of the k3 KL to the frozen initial policy (0: no reference model)."""
+    """Coefficient of the KL to the reference: the policy when RL starts, after the SFT
+    warm start (0: no reference model)."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Per-token KL estimator: k1 = logp - ref, k2 = (logp - ref)^2/2, k3 = e^d - d - 1."""
+    kl_in_reward: bool = False
+    """Charge the KL as a per-token reward penalty (computed once on the rollout's tokens,
+    before advantages) instead of as a loss term."""
+    loss_agg: Literal["token-mean", "seq-mean", "constant"] = "token-mean"
+    """How token losses are averaged: over all agent tokens of the step, per sequence then
+    over sequences, or divided by the constant sequences x max_new_tokens (Dr. GRPO)."""
+    target_kl: float = 0.0
+    """Stop a batch's remaining epochs/minibatches once the approximate KL between the
+    updated and the sampling policy exceeds this (0: never)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
     """Value loss coefficient (ppo)."""
+    vf_lr: float = 0.0
+    """Learning rate of the value head (ppo; 0: lr x 10, a critic that starts at zero
+    must catch up with the returns before its baseline helps)."""
+    value_detach: bool = False
+    """Train the value head on detached trunk features, so the critic's loss never moves
+    the policy's weights (ppo)."""
     vf_clip: float | None = 0.2
     """Value clipping range (ppo)."""
     max_lag: int = 1
-    """Drop samples more than this many policy versions old."""
+    """Drop samples whose sampler weights are more than this many policy versions behind
+    the learner's (a version is one rollout batch's updates; epochs and minibatches over
+    one batch are never stale)."""
     tis_cap: float = 2.0
     """Truncated importance sampling cap C in min(pi_old/mu, C)."""
     baseline_decay: float = 0.9
@@ -132,6 +156,8 @@ class TrainConfig:
     """Output folder: metrics.jsonl, trajectories.sqlite, curves.png, checkpoints/."""
     checkpoint_every: int = 0
     """Save a checkpoint every N steps (0: only at the end)."""
+    keep_checkpoints: int = 3
+    """Keep the newest K checkpoints and delete older ones (0: keep all)."""
     resume: bool = False
     """Continue from the newest checkpoint in run_dir."""
 
@@ -146,6 +172,12 @@ class TrainConfig:
             raise ConfigError(f"{self.algo} compares rollouts of a group: set --group-size >= 2")
         if self.max_new_tokens >= self.max_context:
             raise ConfigError("max_new_tokens must be smaller than max_context")
+        if self.target_kl < 0 or self.vf_lr < 0 or self.keep_checkpoints < 0:
+            raise ConfigError("target_kl, vf_lr and keep_checkpoints must be >= 0")
+        if self.kl_in_reward and self.kl_coef <= 0:
+            raise ConfigError("kl_in_reward needs --kl-coef > 0 (the penalty's weight)")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.max_lag < 0 or self.tis_cap < 1.0:
             raise ConfigError("max_lag must be >= 0 and tis_cap >= 1")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:

@@ -19,8 +19,15 @@ def init() -> tuple[int, int]:
         return 0, 1
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":  # NCCL binds each process to the current device
+            torch.cuda.set_device(local_rank())
         dist.init_process_group(backend=backend)
     return dist.get_rank(), dist.get_world_size()
+
+
+def local_rank() -> int:
+    """This process's rank on its node (``LOCAL_RANK`` from torchrun; 0 alone)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def active() -> bool:

@@ -61,7 +61,7 @@ class DigitFractionEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
-    version = "1"
+    version = "2"
 
     def __init__(
         self,
@@ -83,7 +83,13 @@ class DigitFractionEnv(gym.Env[str, str]):
             raise ValueError("prompt_words must be >= 0 and num_tasks >= 1")
         self.prompt_words = prompt_words
         self.success_threshold = success_threshold
-        self.task_ids = tuple(f"digits-{i:04d}" for i in range(num_tasks))
+        # held-out tasks have their own ids (and so their own prompts): an evaluation on
+        # "test" never replays a training prompt
+        self.split_ids = {
+            "train": tuple(f"digits-{i:04d}" for i in range(num_tasks)),
+            "test": tuple(f"digits-test-{i:04d}" for i in range(num_tasks)),
+        }
+        self.task_ids = self.split_ids["train"] + self.split_ids["test"]
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_length=8192)
         self.action_space = TextSpace(max_length=8192)
@@ -106,10 +112,14 @@ class DigitFractionEnv(gym.Env[str, str]):
         task_id = options.pop("task_id", None)
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; the only one is task_id")
+        train = self.split_ids["train"]
         if task_id is None:
-            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+            task_id = train[int(self.np_random.integers(len(train)))]
         elif task_id not in self.task_ids:
-            raise KeyError(f"unknown task {task_id!r}; ids are digits-0000..{self.task_ids[-1]}")
+            raise KeyError(
+                f"unknown task {task_id!r}; ids are digits-0000..{train[-1]} (train) and "
+                f"digits-test-0000..{self.split_ids['test'][-1]} (test)"
+            )
         self._task, self._done = task_id, False
         self._seed = int(seed) if seed is not None else 0
         self._obs = self._instruction(task_id)
@@ -133,13 +143,16 @@ class DigitFractionEnv(gym.Env[str, str]):
         return {
             "outcome": outcome,
             "reward_components": {self.charset: fraction},
-            "task": {"id": self._task, "split": "train", "difficulty": "easy"},
+            "task": {"id": self._task, "split": self._split(), "difficulty": "easy"},
             "seeds": {"env": self._seed},
             "versions": {"env": f"DigitFraction-v0/{self.version}"},
             "episode_valid": True,
             "error": {},
             "cost": {"env_time_ms": 0.0},
         }
+
+    def _split(self) -> str:
+        return "test" if self._task in self.split_ids["test"] else "train"
 
     def render(self) -> str | None:
         return self._obs if self.render_mode == "ansi" else None

@@ -89,6 +89,14 @@ class Trajectory:
     milestones: list[str] = field(default_factory=list)
     cost: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
+    # a cut episode (time or context limit) did not end: the template and observation
+    # tokens after its last action are the state a critic bootstraps from
+    tail_ids: list[int] = field(default_factory=list)
+
+    @property
+    def cut(self) -> bool:
+        """Truncated by a time or context limit, not terminated by the task."""
+        return self.valid and self.outcome in ("timeout", "context_limit")
 
     @property
     def ret(self) -> float:
@@ -310,6 +318,10 @@ class RolloutRunner:
         if terminated or truncated:
             if traj.outcome == "continue":  # e.g. a TimeLimit wrapper cut the episode
                 traj.outcome = "timeout"
+            if traj.cut:
+                after = [*ep.messages, {"role": "assistant", "content": content}]
+                close = self.chat.close(ep.messages, content, sample.ended)
+                traj.tail_ids = close + self.chat.open(after, obs)
             return False
         # observation tokens: the template's close of the assistant turn, then a user turn
         close = self.chat.close(ep.messages, content, sample.ended)
@@ -419,6 +431,9 @@ class RolloutRunner:
         return _Episode(env=self.envs[slot], traj=traj, system="", task_obs="")
 
     def _finish(self, ep: _Episode) -> Trajectory:
+        seg = ep.segment
+        if ep.traj.outcome == "context_limit" and seg.turn_ends:
+            ep.traj.tail_ids = seg.ids[seg.turn_ends[-1] + 1 :]
         if ep.segment.agent_tokens:
             ep.traj.segments.append(_trimmed(ep.segment))
         ep.traj.context["segments"] = len(ep.traj.segments)

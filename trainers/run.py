@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym_envs.core.errors import ConfigError
 from trainers import distributed as dist
 from trainers.batch import TrainSeq, agent_forward, collate, sequences
 from trainers.config import TrainConfig
@@ -61,25 +62,27 @@ def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str
         success[1],
         success[0] / max(success[1], 1),
     )
-    for group in trainer.optimizer.param_groups:
-        group["lr"] = lr
+    # SFT's own optimizer: RL gets a fresh one (Trainer.rl_optimizer), untouched by these
+    # moments and step counts
+    optimizer = torch.optim.AdamW(trainer.params, lr=lr, weight_decay=cfg.weight_decay)
     rng = random.Random(cfg.seed)
     history = []
     trainer.lm.train()
     batch_size = max(cfg.micro_batch_size * 2, 8)
     for step in range(steps):
         chosen = rng.sample(seqs, min(batch_size, len(seqs))) if seqs else []
-        history.append(sft_step(trainer, chosen))
-        trainer.logger.log(step, {"sft_loss": history[-1]["sft_loss"], "phase_sft": 1.0})
-    for group in trainer.optimizer.param_groups:
-        group["lr"] = cfg.lr
+        history.append(sft_step(trainer, optimizer, chosen))
+        trainer.logger.log(step, {"sft_loss": history[-1]["sft_loss"]}, phase="sft")
     trainer.lm.eval()
+    trainer.optimizer, trainer.scheduler = trainer.rl_optimizer()
     return history
 
 
-def sft_step(trainer: Trainer, seqs: list[TrainSeq]) -> dict[str, float]:
+def sft_step(
+    trainer: Trainer, optimizer: torch.optim.Optimizer, seqs: list[TrainSeq]
+) -> dict[str, float]:
     total = dist.all_sum([sum(s.agent_tokens for s in seqs)], trainer.device)[0]
-    trainer.optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for chunk in _chunks(seqs, trainer.cfg.micro_batch_size):
         batch = collate(chunk, trainer.chat.pad_id, trainer.device)
@@ -90,7 +93,7 @@ def sft_step(trainer: Trainer, seqs: list[TrainSeq]) -> dict[str, float]:
     dist.all_reduce_gradients(trainer.params)
     if total > 0:
         torch.nn.utils.clip_grad_norm_(trainer.params, trainer.cfg.max_grad_norm or 1e9)
-        trainer.optimizer.step()
+        optimizer.step()
     return {"sft_loss": dist.all_sum([loss_sum], trainer.device)[0] / max(total, 1.0)}
 
 
@@ -156,6 +159,10 @@ def save_checkpoint(trainer: Trainer) -> Path:
             "step": trainer.step,
             "version": trainer.version,
             "optimizer": trainer.optimizer.state_dict(),
+            "scheduler": trainer.scheduler.state_dict(),
+            # the KL reference is the policy when RL started (after SFT), not the weights
+            # a resumed run loads: it must travel with the checkpoint
+            "reference": None if trainer.ref is None else trainer.ref.state_dict(),
             "value_head": None if trainer.value_head is None else trainer.value_head.state_dict(),
             "curriculum": trainer.curriculum.state_dict(),
             "baseline": trainer.baseline.state_dict(),
@@ -164,6 +171,7 @@ def save_checkpoint(trainer: Trainer) -> Path:
         torch.save(state, tmp / "trainer_state.pt")
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
+        prune_checkpoints(trainer.run_dir, trainer.cfg.keep_checkpoints)
     dist.all_gather(None)  # barrier: the folder exists before anyone reads it
     rng = {
         "sampler": trainer.sampler.get_state(),
@@ -173,6 +181,15 @@ def save_checkpoint(trainer: Trainer) -> Path:
     }
     torch.save(rng, folder / f"rng_rank{trainer.rank}.pt")
     return folder
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` checkpoints (0 keeps all); returns the deleted."""
+    found = sorted((run_dir / CHECKPOINTS).glob("step_[0-9]*[0-9]"))
+    doomed = found[:-keep] if keep > 0 else []
+    for folder in doomed:
+        shutil.rmtree(folder, ignore_errors=True)
+    return doomed
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -189,6 +206,16 @@ def load_checkpoint(trainer: Trainer, folder: Path) -> None:
     trainer.lm.load_state_dict(loaded.state_dict())
     state = torch.load(folder / "trainer_state.pt", weights_only=False)
     trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    if trainer.cfg.kl_coef > 0:
+        if state.get("reference") is None:
+            raise ConfigError(
+                f"{folder} holds no KL reference (it was saved with kl_coef 0 or by an older "
+                "version): resume with --kl-coef 0, or start a new run"
+            )
+        trainer.set_reference()
+        assert trainer.ref is not None
+        trainer.ref.load_state_dict(state["reference"])
     if trainer.value_head is not None and state["value_head"] is not None:
         trainer.value_head.load_state_dict(state["value_head"])
     trainer.curriculum.load_state_dict(state["curriculum"])
@@ -256,6 +283,8 @@ def train(
         if resumed is None and config.sft_steps > 0:
             history = sft(trainer, config.sft_steps, config.sft_episodes, config.sft_lr)
             summary["sft_loss"] = [h["sft_loss"] for h in history]
+        if resumed is None:
+            trainer.set_reference()  # KL anchors RL to the SFT-warmed policy
         if config.eval_episodes and resumed is None:
             summary["eval_before"] = evaluate(
                 trainer, config.eval_split, config.eval_episodes, config.eval_temperature

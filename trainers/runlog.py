@@ -89,8 +89,10 @@ class RunLogger:
                 if handle.read(1) != b"\n":
                     handle.write(b"\n")
 
-    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Append one line ``{"step": step, **metrics}``; NaN and inf are written as null.
+    def log(self, step: int, metrics: Mapping[str, Any], phase: str = "rl") -> None:
+        """Append one line ``{"step": step, "phase": phase, **metrics}``; NaN and inf are
+        written as null. Each phase (``sft``, ``rl``) counts its own steps: its metrics
+        are drawn against that phase's step axis.
 
         Raises:
             ConfigError: ``metrics`` has a ``"step"`` key or a value that is not a number,
@@ -98,11 +100,15 @@ class RunLogger:
         """
         if not self.enabled:
             return
-        if "step" in metrics:
+        if "step" in metrics or "phase" in metrics:
             raise ConfigError(
-                "metrics must not contain the key 'step'; pass the step as the first argument."
+                "metrics must not contain the keys 'step' or 'phase'; pass them as arguments."
             )
-        record = {"step": int(step), **{key: _plain(key, v) for key, v in metrics.items()}}
+        record = {
+            "step": int(step),
+            "phase": phase,
+            **{key: _plain(key, v) for key, v in metrics.items()},
+        }
         line = json.dumps(record, allow_nan=False) + "\n"
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(line)
@@ -126,11 +132,16 @@ class RunLogger:
             return None
         records = read_metrics(self.path)
         series: dict[str, dict[int, float]] = {}
+        labels: dict[str, str] = {}  # x-axis label per key: its phase's steps
         for record in records:
             step = record.get("step")
             if not isinstance(step, int) or isinstance(step, bool):
                 continue
+            phase = str(record.get("phase", "rl"))
             for key, value in record.items():
+                if key == "phase":
+                    continue
+                labels[key] = f"{phase} step" if phase != "rl" else "step"
                 # A null (NaN) value still makes the key plottable: an all-NaN loss shows
                 # up as an empty panel rather than silently vanishing.
                 if key != "step" and (value is None or _is_number(value)):
@@ -150,9 +161,11 @@ class RunLogger:
                     )
         if not keys:
             return None
-        return self._draw(keys, series)
+        return self._draw(keys, series, labels)
 
-    def _draw(self, keys: Sequence[str], series: dict[str, dict[int, float]]) -> Path:
+    def _draw(
+        self, keys: Sequence[str], series: dict[str, dict[int, float]], labels: dict[str, str]
+    ) -> Path:
         # The Agg canvas is used directly instead of switching pyplot's global backend,
         # which would break a caller's notebook or GUI session.
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -167,7 +180,7 @@ class RunLogger:
             points = sorted(series[key].items())
             ax.plot([s for s, _ in points], [v for _, v in points], linewidth=1.2)
             ax.set_title(key, fontsize=9)
-            ax.set_xlabel("step", fontsize=8)
+            ax.set_xlabel(labels.get(key, "step"), fontsize=8)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
         for ax in list(axes.flat)[len(keys) :]:

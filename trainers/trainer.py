@@ -9,9 +9,10 @@ One RL step:
 3. compute advantages (GRPO, RLOO, REINFORCE with a running baseline, or PPO's GAE over
    agent tokens); env-error episodes and groups with fewer than 2 valid members are
    dropped here and never reach the loss;
-4. ``epochs x minibatches`` optimizer steps; each increments the policy version, samples
-   older than ``max_lag`` versions are dropped, and truncated importance sampling
-   corrects the difference between the sampler and the trainer;
+4. ``epochs x minibatches`` optimizer steps; samples whose sampler weights are more than
+   ``max_lag`` versions behind are dropped, and truncated importance sampling corrects
+   the difference between the sampler and the trainer; then the policy version moves on
+   by one (a version is one rollout batch's weights, not one optimizer step);
 5. log metrics, record trajectories, checkpoint.
 """
 
@@ -38,12 +39,13 @@ from trainers.algorithms import (
     RunningBaseline,
     gae,
     grpo_advantages,
+    kl_estimate,
     kl_k3,
     lag_keep_mask,
     rloo_advantages,
     step_loss,
     truncated_is_weights,
-    whiten,
+    whiten_with,
     zero_variance_groups,
 )
 from trainers.batch import TrainSeq, agent_forward, collate, sequences
@@ -61,22 +63,43 @@ log = logging.getLogger(__name__)
 
 
 def task_ids(env: gym.Env[Any, Any], split: str, difficulty: str | None) -> list[str]:
-    """The ids of a split's tasks (AgentEnv task sets, or an env's ``task_ids``)."""
+    """The ids of a split's tasks (AgentEnv task sets, an env's ``split_ids`` mapping, or
+    its ``task_ids`` for every split)."""
     inner = env.unwrapped
     task_set = getattr(inner, "task_set", None)
     if task_set is not None:
         return [t.id for t in task_set.pool(split, difficulty)]
+    by_split = getattr(inner, "split_ids", None)
+    if by_split is not None:
+        if split not in by_split:
+            raise ConfigError(
+                f"{type(inner).__name__} has no split {split!r}; choose one of {sorted(by_split)}"
+            )
+        return list(by_split[split])
     ids = getattr(inner, "task_ids", None)
     if ids:
         return list(ids)
-    raise ValueError(f"{type(inner).__name__} exposes no task ids (task_set or task_ids)")
+    raise ValueError(
+        f"{type(inner).__name__} exposes no task ids (task_set, split_ids or task_ids)"
+    )
 
 
-def resolve_device(name: str, rank: int) -> torch.device:
+def resolve_device(name: str, local_rank: int) -> torch.device:
+    """The device of this process. With ``cuda`` every process takes the GPU of its local
+    rank (``LOCAL_RANK`` under torchrun, the rank on this node) and makes it current, so
+    NCCL collectives such as ``all_gather_object`` never pile every rank onto ``cuda:0``."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and torch.cuda.is_available():
-        return torch.device("cuda", rank % torch.cuda.device_count())
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise ConfigError(
+                f"local rank {local_rank} has no GPU (this node has {count}); start at most "
+                f"{count} processes per node (torchrun --nproc_per_node {count})"
+            )
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
     return torch.device(name)
 
 
@@ -103,7 +126,7 @@ class Trainer:
     ) -> None:
         self.cfg = config
         self.rank, self.world = dist.init()
-        self.device = resolve_device(config.device, self.rank)
+        self.device = resolve_device(config.device, dist.local_rank())
         register_fixtures()
         torch.manual_seed(config.seed)
         # fp32 master weights; forward passes run in bf16 on GPU (trainers.precision)
@@ -113,16 +136,13 @@ class Trainer:
         self.value_head: ValueHead | None = None
         if config.algo == "ppo":
             self.value_head = ValueHead(int(self.lm.config.hidden_size)).to(self.device)
-        self.ref = None
-        if config.kl_coef > 0:
-            self.ref = copy.deepcopy(self.lm).eval().requires_grad_(False)
+        # the KL reference is taken when RL starts (after the SFT warm start): set_reference
+        self.ref: torch.nn.Module | None = None
         self.params = [p for p in self.lm.parameters() if p.requires_grad]
         if self.value_head is not None:
             self.params += list(self.value_head.parameters())
         dist.broadcast_parameters(self.params)
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.lr, weight_decay=config.weight_decay
-        )
+        self.optimizer, self.scheduler = self.rl_optimizer()
         self.chat = ChatFormat(self.tokenizer)
         self.engine = self._engine()
         self.sampler = Sampler(
@@ -158,6 +178,7 @@ class Trainer:
             clip_high=config.clip_high,
             dual_clip=config.dual_clip,
             kl_coef=config.kl_coef,
+            kl_estimator=config.kl_estimator,
             entropy_coef=config.entropy_coef,
             vf_coef=config.vf_coef,
             vf_clip=config.vf_clip,
@@ -167,6 +188,30 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.logger = RunLogger(self.run_dir, enabled=self.rank == 0)
         self.shuffle = np.random.default_rng([config.seed, self.rank, 7])
+
+    def rl_optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        """A fresh AdamW for RL and its schedule (warmup, then constant/linear/cosine over
+        every RL optimizer step). SFT has an optimizer of its own: its moments, sized to
+        imitation gradients, would damp the much smaller RL gradients."""
+        cfg = self.cfg
+        groups: list[dict[str, Any]] = [
+            {"params": [p for p in self.lm.parameters() if p.requires_grad]}
+        ]
+        if self.value_head is not None:  # the critic learns at its own (faster) rate
+            groups.append(
+                {"params": list(self.value_head.parameters()), "lr": cfg.vf_lr or cfg.lr * 10}
+            )
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        total = max(cfg.steps * cfg.epochs * cfg.minibatches, 1)
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda k: lr_factor(k, cfg.warmup_steps, total, cfg.lr_schedule)
+        )
+
+    def set_reference(self) -> None:
+        """Freeze a copy of the current policy as the KL reference (when ``kl_coef > 0``).
+        ``train`` calls it when RL starts, so the reference is the SFT-warmed policy."""
+        if self.cfg.kl_coef > 0:
+            self.ref = copy.deepcopy(self.lm).eval().requires_grad_(False)
 
     def _engine(self) -> StaticEngine | None:
         mode = self.cfg.generation
@@ -194,6 +239,8 @@ class Trainer:
     def rl_step(self) -> dict[str, float]:
         """Steps 1-5 of the module docstring; returns the step's metrics."""
         start = time.perf_counter()
+        if self.cfg.kl_coef > 0 and self.ref is None:
+            self.set_reference()
         # 1-2. rollouts with the current policy
         jobs = self.jobs()
         self.lm.eval()
@@ -205,6 +252,8 @@ class Trainer:
         # 4. updates
         train_start = time.perf_counter()
         upd = self.update(seqs)
+        if upd.get("updates", 0.0) > 0:  # the sampler's next weights are a new version
+            self.version += 1
         train_s = time.perf_counter() - train_start
         # 5. bookkeeping shared by every process
         gathered = [t for part in dist.all_gather([_summary(t) for t in trajs]) for t in part]
@@ -290,23 +339,37 @@ class Trainer:
         seqs = [s for s in seqs if bool(kept[s.traj]) and s.agent_tokens > 0]
         for s in seqs:
             s.advantages = [float(adv[s.traj]) * m for m in s.mask]
+        penalties = self._kl_penalties(seqs) if cfg.kl_in_reward and seqs else None
+        if penalties is not None:
+            stats["kl_penalty"] = sum(map(sum, penalties)) / max(
+                sum(s.agent_tokens for s in seqs), 1
+            )
+            for s, pen in zip(seqs, penalties, strict=True):
+                # PPO: a per-token reward before GAE; episode-level methods: added to the
+                # token's advantage after the group baseline
+                target = s.rewards if cfg.algo == "ppo" else s.advantages
+                for t, p in enumerate(pen):
+                    target[t] -= p
         if cfg.algo == "ppo" and seqs:
-            self._gae(seqs)
-        if cfg.whiten and seqs:
+            stats.update(self._gae(seqs, trajs))
+        if cfg.whiten:  # every process joins the statistics, also with no sequence kept
             self._whiten(seqs)
         kept_n = dist.all_sum([float(kept.sum()), float(len(trajs))], self.device)
         stats["kept_episode_rate"] = kept_n[0] / max(kept_n[1], 1.0)
         return seqs, stats
 
-    def _gae(self, seqs: list[TrainSeq]) -> None:
+    def _gae(self, seqs: list[TrainSeq], trajs: Sequence[Trajectory]) -> dict[str, float]:
         """PPO: values from the current critic, then GAE per trajectory over the stream of
-        its agent tokens (segments concatenated in order; observation tokens skipped)."""
+        its agent tokens (segments concatenated in order; observation tokens skipped). A
+        trajectory cut by a time or context limit bootstraps from the critic's value of
+        the state after its last action. Returns the critic's explained variance."""
         values = self._evaluate(seqs, values=True)
         streams: dict[int, list[tuple[int, int]]] = {}
         for i, s in enumerate(seqs):
             streams.setdefault(s.traj, []).extend((i, t) for t, m in enumerate(s.mask) if m)
         width = max(len(v) for v in streams.values())
         order = sorted(streams)
+        boot = self._bootstrap_values(seqs, trajs, [streams[t][-1][0] for t in order], order)
         r = torch.zeros(len(order), width)
         v = torch.zeros(len(order), width)
         g = torch.ones(len(order), width)
@@ -317,7 +380,7 @@ class Trainer:
                 v[row, col] = values[i][t]
                 g[row, col] = seqs[i].gammas[t]
                 m[row, col] = 1.0
-        adv, ret = gae(r, v, m, gamma=g, lam=self.cfg.lam)
+        adv, ret = gae(r, v, m, gamma=g, lam=self.cfg.lam, bootstrap=boot)
         for i, s in enumerate(seqs):
             s.returns = [0.0] * len(s.ids)
             s.old_values = values[i]
@@ -325,24 +388,94 @@ class Trainer:
             for col, (i, t) in enumerate(streams[traj]):
                 seqs[i].advantages[t] = float(adv[row, col])
                 seqs[i].returns[t] = float(ret[row, col])
+        # explained variance of the critic on this batch: 1 - Var(R - V) / Var(R)
+        picked = m.bool()
+        returns, predicted = ret[picked].double(), v[picked].double()
+        sums = dist.all_sum(
+            [
+                float(returns.numel()),
+                float(returns.sum()),
+                float((returns**2).sum()),
+                float((returns - predicted).sum()),
+                float(((returns - predicted) ** 2).sum()),
+            ],
+            self.device,
+        )
+        n = max(sums[0], 1.0)
+        var_r = sums[2] / n - (sums[1] / n) ** 2
+        var_e = sums[4] / n - (sums[3] / n) ** 2
+        return {
+            "explained_variance": 1.0 - var_e / var_r if var_r > 1e-12 else 0.0,
+            "bootstrapped_episodes": float(sum(1 for x in boot.tolist() if x != 0.0)),
+        }
+
+    def _bootstrap_values(
+        self,
+        seqs: Sequence[TrainSeq],
+        trajs: Sequence[Trajectory],
+        last_seq: Sequence[int],
+        order: Sequence[int],
+    ) -> torch.Tensor:
+        """``(len(order),)`` value of the state after each trajectory's last action: 0 when
+        it terminated, the critic's estimate on its final observation when it was cut."""
+        boot = torch.zeros(len(order))
+        probes: list[TrainSeq] = []
+        rows: list[int] = []
+        for row, (traj, i) in enumerate(zip(order, last_seq, strict=True)):
+            if trajs[traj].cut and trajs[traj].tail_ids:
+                ids = [*seqs[i].ids, *trajs[traj].tail_ids, self.chat.pad_id]
+                # the value predicted for the extra last token reads the state before it
+                mask = [0] * (len(ids) - 1) + [1]
+                probes.append(TrainSeq(ids, mask, [0.0] * len(ids), traj, seqs[i].version))
+                rows.append(row)
+        if probes:
+            for row, per in zip(rows, self._evaluate(probes, values=True), strict=True):
+                boot[row] = per[-1]
+        return boot
 
     def _whiten(self, seqs: list[TrainSeq]) -> None:
-        flat_adv = torch.tensor([a for s in seqs for a in s.advantages])
+        """Whiten advantages with statistics over every process's agent tokens. GRPO and
+        RLOO are only scaled: their group baseline already centres them, and shifting would
+        give a zero-signal group (all rewards equal) a non-zero advantage."""
+        flat_adv = torch.tensor([a for s in seqs for a in s.advantages], dtype=torch.float64)
         flat_mask = torch.tensor([m for s in seqs for m in s.mask], dtype=torch.bool)
-        white = whiten(flat_adv, flat_mask).tolist()
+        picked = flat_adv[flat_mask]
+        n, total, squares = dist.all_sum(
+            [float(picked.numel()), float(picked.sum()), float((picked**2).sum())], self.device
+        )
+        shift = self.cfg.algo not in ("grpo", "rloo")
+        white = whiten_with(flat_adv, flat_mask, n, total, squares, shift_mean=shift).tolist()
         k = 0
         for s in seqs:
             s.advantages = white[k : k + len(s.mask)]
             k += len(s.mask)
 
+    def _kl_penalties(self, seqs: Sequence[TrainSeq]) -> list[list[float]]:
+        """``kl_coef * KL`` per agent token, from the sampler's log-probabilities and the
+        reference's, for ``kl_in_reward`` (0 at mask-0 tokens)."""
+        if self.ref is None:
+            self.set_reference()
+        ref = self._evaluate(seqs, values=False, model=self.ref)
+        out = []
+        for s, ref_row in zip(seqs, ref, strict=True):
+            mu = torch.tensor(s.sampler_logprobs, dtype=torch.float64)
+            kl = kl_estimate(mu, torch.tensor(ref_row, dtype=torch.float64), self.cfg.kl_estimator)
+            out.append([self.cfg.kl_coef * float(k) * m for k, m in zip(kl, s.mask, strict=True)])
+        return out
+
     @torch.no_grad()
-    def _evaluate(self, seqs: Sequence[TrainSeq], values: bool) -> list[list[float]]:
-        """Per-token log-probabilities (or values) under the current weights, aligned to
-        tokens (0 where mask is 0)."""
+    def _evaluate(
+        self, seqs: Sequence[TrainSeq], values: bool, model: torch.nn.Module | None = None
+    ) -> list[list[float]]:
+        """Per-token log-probabilities (or values) under the current weights (or under
+        ``model``), aligned to tokens (0 where mask is 0)."""
         out: list[list[float]] = []
         for chunk in _chunks(list(seqs), self.cfg.micro_batch_size):
             batch = collate(chunk, self.chat.pad_id, self.device)
-            res = agent_forward(self.lm, self.value_head, batch, self.cfg.temperature)
+            lm = self.lm if model is None else model
+            res = agent_forward(
+                lm, self.value_head if model is None else None, batch, self.cfg.temperature
+            )
             source = res.values if values else res.logprobs
             assert source is not None
             flat = source.float().cpu().tolist()
@@ -360,24 +493,43 @@ class Trainer:
         """Step 4: ``epochs x minibatches`` optimizer steps over the kept sequences."""
         cfg = self.cfg
         self.lm.train()
-        updates = cfg.epochs * cfg.minibatches
-        old = self._evaluate(seqs, values=False) if updates > 1 else None
+        old = self._evaluate(seqs, values=False) if cfg.epochs * cfg.minibatches > 1 else None
         totals: dict[str, float] = {}
+        updates = 0
+        stopped = False
         for _ in range(cfg.epochs):
+            if stopped:
+                break
             order = self.shuffle.permutation(len(seqs)).tolist()
             for part in range(cfg.minibatches):
+                if stopped:
+                    break
                 picked = order[part :: cfg.minibatches]
                 chosen = [seqs[i] for i in picked]
                 olds = None if old is None else [old[i] for i in picked]
-                for key, value in self.optimizer_step(chosen, olds).items():
+                stats = self.optimizer_step(chosen, olds)
+                stale = stats.pop("stale_dropped")
+                totals["stale_dropped"] = totals.get("stale_dropped", 0.0) + stale
+                if not stats.pop("updated"):  # no token to train on: not an update
+                    continue
+                updates += 1
+                for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
+                # the statistics are summed over processes, so all of them stop together
+                stopped = bool(cfg.target_kl) and stats["approx_kl"] > cfg.target_kl
         self.lm.eval()
-        return _mean_update_metrics(totals, updates)
+        out = _mean_update_metrics(totals, updates)
+        out["early_stopped"] = float(stopped)
+        return out
 
     def optimizer_step(
         self, seqs: list[TrainSeq], old: list[list[float]] | None
     ) -> dict[str, float]:
-        """One optimizer step; samples past ``max_lag`` are dropped first."""
+        """One optimizer step; samples past ``max_lag`` are dropped first.
+
+        The policy version does not change here: a version is the weights one rollout
+        batch was sampled with, and ``rl_step`` moves it on once the batch's updates are
+        done. The returned ``updated`` is 0.0 when no token was left to train on."""
         cfg = self.cfg
         versions = torch.tensor([s.version for s in seqs], dtype=torch.long)
         keep = lag_keep_mask(versions, self.version, cfg.max_lag) if seqs else versions.bool()
@@ -387,6 +539,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums, total_tokens = self.accumulate(pairs)
         grad_norm = 0.0
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this update uses
         if total_tokens > 0:
             if cfg.max_grad_norm > 0:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
@@ -397,7 +550,7 @@ class Trainer:
                     )
                 )
             self.optimizer.step()
-        self.version += 1
+            self.scheduler.step()
         keys = sorted(sums)
         reduced = dist.all_sum(
             [sums[k] for k in keys] + [stale, lag, float(len(seqs))], self.device
@@ -411,11 +564,14 @@ class Trainer:
             "clip_frac": stats.get("clipped", 0.0) / n,
             "ratio": stats.get("ratio", 0.0) / n,
             "vf_loss": stats.get("vf_loss", 0.0) / n,
+            "approx_kl": stats.get("approx_kl", 0.0) / n,
             "is_weight": stats.get("is_weight", 0.0) / n,
             "grad_norm": grad_norm,
             "stale_dropped": reduced[-3],
             "policy_lag": reduced[-2] / self.world,
             "train_tokens": stats.get("tokens", 0.0),
+            "lr": lr,
+            "updated": float(total_tokens > 0),
         }
 
     def accumulate(
@@ -424,23 +580,32 @@ class Trainer:
         """Gradients of one optimizer step, accumulated over micro-batches and summed over
         processes; returns the loss statistics (sums) and the global agent-token count."""
         local_tokens = sum(s.agent_tokens for s, _ in pairs)
-        total_tokens = dist.all_sum([local_tokens], self.device)[0]
+        total_tokens, total_seqs = dist.all_sum([local_tokens, len(pairs)], self.device)
         sums: dict[str, float] = {}
         if total_tokens > 0:
             for chunk in _chunks(list(pairs), self.cfg.micro_batch_size):
-                for key, value in self._micro_step(chunk, total_tokens).items():
+                for key, value in self._micro_step(chunk, total_tokens, total_seqs).items():
                     sums[key] = sums.get(key, 0.0) + value
         dist.all_reduce_gradients(self.params)
         return sums, total_tokens
 
     def _micro_step(
-        self, chunk: Sequence[tuple[TrainSeq, list[float] | None]], total_tokens: float
+        self,
+        chunk: Sequence[tuple[TrainSeq, list[float] | None]],
+        total_tokens: float,
+        total_seqs: float,
     ) -> dict[str, float]:
         cfg = self.cfg
         seqs = [s for s, _ in chunk]
+        seq_weights = _sequence_weights(seqs, cfg.loss_agg, total_seqs, cfg.max_new_tokens)
         batch = collate(seqs, self.chat.pad_id, self.device)
         out = agent_forward(
-            self.lm, self.value_head, batch, cfg.temperature, entropy_grad=cfg.entropy_coef > 0
+            self.lm,
+            self.value_head,
+            batch,
+            cfg.temperature,
+            entropy_grad=cfg.entropy_coef > 0,
+            detach_values=cfg.value_detach,
         )
         sel = batch.mask[:, 1:]
 
@@ -457,7 +622,7 @@ class Trainer:
         else:
             old = per_token([o for _, o in chunk if o is not None])
         ref = None
-        if self.ref is not None:
+        if self.ref is not None and not cfg.kl_in_reward:
             with torch.no_grad():
                 ref = agent_forward(self.ref, None, batch, cfg.temperature).logprobs
         weights = truncated_is_weights(old, mu, cfg.tis_cap)
@@ -482,6 +647,11 @@ class Trainer:
             old_values=old_values,
             returns=returns,
             is_weights=weights,
+            token_weights=per_token(
+                [[w] * len(s.ids) for s, w in zip(seqs, seq_weights, strict=True)]
+            )
+            if seq_weights is not None
+            else None,
         )
         loss.backward()
         result = {k: float(v) for k, v in stats.items()}
@@ -556,6 +726,17 @@ def _stored_episode(
     )
 
 
+def _sequence_weights(
+    seqs: Sequence[TrainSeq], mode: str, total_seqs: float, budget: int
+) -> list[float] | None:
+    """Each sequence's per-token loss weight for ``loss_agg`` (None: the token mean)."""
+    if mode == "token-mean":
+        return None
+    if mode == "seq-mean":  # every sequence counts the same, whatever its length
+        return [1.0 / (max(s.agent_tokens, 1) * total_seqs) for s in seqs]
+    return [1.0 / (total_seqs * budget) for _ in seqs]  # Dr. GRPO's constant normaliser
+
+
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -600,7 +781,24 @@ def _episode_metrics(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def _mean_update_metrics(totals: dict[str, float], updates: int) -> dict[str, float]:
-    out = {k: v / updates for k, v in totals.items() if k not in ("stale_dropped", "train_tokens")}
+    """Means over the optimizer steps that updated (sums for the counts)."""
+    summed = ("stale_dropped", "train_tokens")
+    out = {k: v / max(updates, 1) for k, v in totals.items() if k not in summed}
     out["stale_dropped"] = totals.get("stale_dropped", 0.0)
     out["train_tokens"] = totals.get("train_tokens", 0.0)
+    out["updates"] = float(updates)
     return out
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
+    """Multiplier of the base learning rate at optimizer step ``step`` (0-based): linear
+    warmup over ``warmup`` steps, then constant, linear decay or cosine decay to 0 at
+    ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    frac = min((step - warmup) / max(total - warmup, 1), 1.0)
+    if schedule == "linear":
+        return 1.0 - frac
+    return 0.5 * (1.0 + math.cos(math.pi * frac))

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.llm import ChatTemplate
 from agentgym_envs.policies.chat import ChatHistories, Conversation, Message, derive_seed
 from agentgym_envs.policies.prefix_cache import PrefixCacheGenerator
 from trainers.model import load_model, smollm2_gguf
@@ -160,6 +161,7 @@ class LocalLM:
         self.template_tools = "tools" in str(template)
         """Whether the chat template renders ``tools`` (SmolLM2's does not: there the
         tool list in the system prompt is all the model sees)."""
+        self.template = ChatTemplate(self.tokenizer)
         self.context_length = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.fingerprint = weights_fingerprint(model)
         self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
@@ -192,21 +194,23 @@ class LocalLM:
         return int(pad if pad is not None else self.tokenizer.eos_token_id)
 
     def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()) -> str:
-        """The prompt text of a chat, ending with the assistant generation prompt."""
-        kwargs: dict[str, Any] = {"tools": list(tools)} if tools and self.template_tools else {}
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True, **kwargs
-        )
-        assert isinstance(text, str)
-        return text
+        """The prompt text of a chat, ending with the assistant generation prompt (for
+        display: :meth:`prompt_ids` gives the ids)."""
+        tools = list(tools) if tools and self.template_tools else []
+        return self.template.render_text(messages, True, tools)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of rendered template text (its special tokens parsed as such)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+    def prompt_ids(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[int]:
+        """Token ids of a chat's prompt, ending with the assistant generation prompt. The
+        template's markers are control tokens; message text (observations, tool results,
+        user text) is encoded as plain text, so it can never forge a turn."""
+        tools = list(tools) if tools and self.template_tools else []
+        return self.template.render_ids(messages, True, tools)
 
     def count(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()) -> int:
         """Prompt length of a chat in tokens."""
-        return len(self.encode(self.render(messages, tools)))
+        return len(self.prompt_ids(messages, tools))
 
     def generate(
         self,
@@ -374,7 +378,7 @@ class HFPolicy:
                 return self.lm.count(messages, tools)
 
             messages, fits = self._chats.fit(slot, count, budget)
-            ids = self.lm.encode(self.lm.render(messages, tools))
+            ids = self.lm.prompt_ids(messages, tools)
             if not fits:  # even system + task + newest turn are too long: keep the end
                 logger.warning("slot %d: prompt of %d tokens cut to %d", slot, len(ids), budget)
                 ids = ids[-budget:]

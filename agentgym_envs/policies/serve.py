@@ -265,7 +265,7 @@ class _Handler(BaseHTTPRequestHandler):
         server, lm = self.server, self.server.lm
         request: ChatRequest = parse_request(body, server.model_id)
         messages = template_messages(request.messages, request.tools, lm.template_tools)
-        prompt = lm.encode(lm.render(messages, request.tools))
+        prompt = lm.prompt_ids(messages, request.tools)
         room = lm.context_length - len(prompt)
         max_new = request.max_tokens if request.max_tokens is not None else min(256, room)
         if not 1 <= max_new <= room:

@@ -22,8 +22,8 @@ def test_log_writes_one_json_line_per_step(tmp_path: Path) -> None:
     run.log(1, {"loss": np.float32(1.25), "reward": torch.tensor(0.5), "episodes": 8})
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [
-        {"step": 0, "loss": 1.5, "reward": 0.25},
-        {"step": 1, "loss": 1.25, "reward": 0.5, "episodes": 8},
+        {"step": 0, "phase": "rl", "loss": 1.5, "reward": 0.25},
+        {"step": 1, "phase": "rl", "loss": 1.25, "reward": 0.5, "episodes": 8},
     ]
 
 
@@ -33,7 +33,7 @@ def test_nan_and_inf_become_null(tmp_path: Path) -> None:
     text = (tmp_path / "metrics.jsonl").read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert read_metrics(tmp_path / "metrics.jsonl") == [
-        {"step": 3, "loss": None, "kl": None, "ok": 1.0}
+        {"step": 3, "phase": "rl", "loss": None, "kl": None, "ok": 1.0}
     ]
 
 
@@ -49,15 +49,17 @@ def test_resume_after_a_line_cut_mid_write(tmp_path: Path) -> None:
         handle.write('{"step": 1, "lo')  # the process was killed here
     RunLogger(tmp_path).log(1, {"loss": 0.5})
     assert read_metrics(tmp_path / "metrics.jsonl") == [
-        {"step": 0, "loss": 1.0},
-        {"step": 1, "loss": 0.5},
+        {"step": 0, "phase": "rl", "loss": 1.0},
+        {"step": 1, "phase": "rl", "loss": 0.5},
     ]
 
 
 def test_bad_metrics_are_rejected(tmp_path: Path) -> None:
     run = RunLogger(tmp_path)
-    with pytest.raises(ConfigError, match="key 'step'"):
+    with pytest.raises(ConfigError, match="keys 'step' or 'phase'"):
         run.log(0, {"step": 1.0})
+    with pytest.raises(ConfigError, match="keys 'step' or 'phase'"):
+        run.log(0, {"phase": "sft"})
     with pytest.raises(ConfigError, match="expected a number"):
         run.log(0, {"loss": [1.0, 2.0]})
     assert (
@@ -68,7 +70,7 @@ def test_bad_metrics_are_rejected(tmp_path: Path) -> None:
 def test_plot_writes_png(tmp_path: Path) -> None:
     run = RunLogger(tmp_path)
     for step in range(5):
-        run.log(step, {"loss": 1.0 / (step + 1), "reward": step / 4, "phase": "train"})
+        run.log(step, {"loss": 1.0 / (step + 1), "reward": step / 4, "note": "train"})
     run.log(5, {"loss": math.nan})
     path = run.plot()
     assert path == tmp_path / "curves.png"
@@ -94,3 +96,16 @@ def test_disabled_logger_writes_nothing(tmp_path: Path) -> None:
     run.log(0, {"loss": 1.0})
     assert run.plot() is None
     assert not (tmp_path / "rank1").exists()
+
+
+def test_sft_and_rl_metrics_keep_their_own_step_axes(tmp_path: Path) -> None:
+    run = RunLogger(tmp_path)
+    for step in range(3):
+        run.log(step, {"sft_loss": 2.0 - step}, phase="sft")
+    for step in range(1, 3):
+        run.log(step, {"reward": step / 2})
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [(r["phase"], r["step"]) for r in rows] == [
+        ("sft", 0), ("sft", 1), ("sft", 2), ("rl", 1), ("rl", 2)
+    ]  # fmt: skip
+    assert run.plot() is not None

@@ -10,12 +10,15 @@ from trainers.algorithms.advantages import (
     rloo_advantages,
     time_aware_discounts,
     whiten,
+    whiten_with,
     zero_variance_groups,
 )
 from trainers.algorithms.losses import (
+    KL_ESTIMATORS,
     STAT_KEYS,
     LossConfig,
     entropy_from_logits,
+    kl_estimate,
     kl_k3,
     masked_token_sum,
     policy_loss,
@@ -25,6 +28,7 @@ from trainers.algorithms.losses import (
 from trainers.algorithms.offpolicy import lag_keep_mask, truncated_is_weights
 
 __all__ = [
+    "KL_ESTIMATORS",
     "STAT_KEYS",
     "LossConfig",
     "RunningBaseline",
@@ -32,6 +36,7 @@ __all__ = [
     "entropy_from_logits",
     "gae",
     "grpo_advantages",
+    "kl_estimate",
     "kl_k3",
     "lag_keep_mask",
     "masked_token_sum",
@@ -43,5 +48,6 @@ __all__ = [
     "truncated_is_weights",
     "value_loss",
     "whiten",
+    "whiten_with",
     "zero_variance_groups",
 ]

@@ -229,13 +229,16 @@ def gae(
     *,
     gamma: float | Tensor = 1.0,
     lam: float = 1.0,
+    bootstrap: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalized advantage estimation over agent tokens only.
 
     Mask-0 tokens (observation, template, padding) are skipped entirely: for an agent token
     ``t``, "next" is the next agent token of the same row, and rewards, values and gammas at
     mask-0 positions are ignored (they may hold anything, NaN included). The last agent token
-    of a row bootstraps with 0 (terminal)::
+    of a row bootstraps with ``bootstrap[b]``: 0 for an episode that terminated, the
+    critic's value of the state after the last action for one a time or context limit cut
+    (truncation is not termination)::
 
         delta_t   = r_t + gamma_t * V_next - V_t
         A_t       = delta_t + gamma_t * lam * A_next
@@ -249,6 +252,7 @@ def gae(
             token ``t`` to the next agent token (per-turn or time-aware discounting; tokens
             inside one action normally get 1.0).
         lam: the GAE lambda.
+        bootstrap: ``(B,)`` value after each row's last agent token (default 0: terminal).
 
     Returns:
         ``(advantages, returns)``, both ``(B, T)`` in ``rewards.dtype``, exactly 0 at mask-0
@@ -264,6 +268,10 @@ def gae(
     batch, steps = rewards.shape
     # 1. The carry holds V and A of the next agent token of each row (0 = terminal).
     next_value = torch.zeros(batch, dtype=rewards.dtype, device=rewards.device)  # (B,)
+    if bootstrap is not None:
+        if bootstrap.shape != (batch,):
+            raise ValueError(f"bootstrap must have shape ({batch},), got {tuple(bootstrap.shape)}")
+        next_value = bootstrap.detach().to(rewards.dtype).clone()
     next_adv = torch.zeros_like(next_value)  # (B,)
     adv = torch.zeros_like(rewards)  # (B, T)
     for t in reversed(range(steps)):
@@ -342,4 +350,35 @@ def whiten(x: Tensor, mask: Tensor, *, shift_mean: bool = True, eps: float = 1e-
     out = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
+    return torch.where(m, out, 0.0)
+
+
+def whiten_with(
+    x: Tensor,
+    mask: Tensor,
+    count: float,
+    total: float,
+    squares: float,
+    *,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+) -> Tensor:
+    """Whiten ``x`` with statistics gathered elsewhere (e.g. summed over processes).
+
+    ``count``, ``total`` and ``squares`` are the number, sum and sum of squares of the
+    masked entries of the whole batch. ``shift_mean=False`` only divides by the standard
+    deviation, so an exact 0 stays 0 (a GRPO/RLOO group without signal keeps none).
+
+    Returns:
+        Same shape as ``x``; mask-0 entries are 0. With fewer than 2 entries in all, ``x``
+        comes back masked but otherwise unchanged.
+    """
+    if mask.shape != x.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} != x shape {tuple(x.shape)}")
+    m = mask.bool()
+    if count < 2:
+        return torch.where(m, x, 0.0)
+    mean = total / count
+    var = max(squares / count - mean * mean, 0.0)
+    out = (x - mean if shift_mean else x) / math.sqrt(var + eps)
     return torch.where(m, out, 0.0)

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from agentgym_envs.core.errors import ConfigError
 
-STAT_KEYS = ("pg_loss", "kl", "entropy", "clipped", "ratio", "vf_loss", "tokens")
+STAT_KEYS = ("pg_loss", "kl", "entropy", "clipped", "ratio", "vf_loss", "approx_kl", "tokens")
+KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,10 @@ class LossConfig:
             collapse.
         dual_clip: ``c > 1``: for ``A < 0`` the loss is capped at ``-c * A`` (dual-clip PPO),
             so a huge ratio on a bad token cannot blow the step up. ``None`` turns it off.
-        kl_coef: ``beta`` of the k3 KL to the frozen reference policy; ``>= 0``.
+        kl_coef: ``beta`` of the KL to the frozen reference policy; ``>= 0``.
+        kl_estimator: ``k1`` (``logp - ref``: unbiased, can be negative), ``k2``
+            (``(logp - ref)^2 / 2``: low variance, biased) or ``k3`` (``exp(d) - d - 1``:
+            unbiased and never negative); see :func:`kl_estimate`.
         entropy_coef: weight of the entropy bonus; ``>= 0``.
         vf_coef: weight of the value loss; ``>= 0``.
         vf_clip: values may move at most this far from the old values before the clipped
@@ -41,13 +45,20 @@ class LossConfig:
     clip_high: float = 0.28
     dual_clip: float | None = None
     kl_coef: float = 0.0
+    kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     vf_coef: float = 0.5
     vf_clip: float | None = 0.2
 
     def __post_init__(self) -> None:
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ConfigError(
+                f"LossConfig.kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}"
+            )
         for f in fields(self):
             v = getattr(self, f.name)
+            if isinstance(v, str):
+                continue
             if v is not None and not math.isfinite(v):
                 raise ConfigError(f"LossConfig.{f.name} must be a finite number, got {v}")
         if not 0.0 <= self.clip_low < 1.0:
@@ -76,6 +87,23 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """
     d = ref_logprobs - logprobs
     return (torch.expm1(d) - d).clamp(min=0.0)
+
+
+def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k3") -> Tensor:
+    """Per-token estimate of ``KL(pi || ref)`` from tokens sampled by ``pi``.
+
+    ``k1 = logp - ref`` (unbiased, noisy, negative on some tokens), ``k2 = (logp - ref)^2 / 2``
+    (biased, low variance; its gradient is the KL's for small differences) and ``k3`` (see
+    :func:`kl_k3`), in the naming of Schulman's note on KL approximations.
+    """
+    if estimator == "k3":
+        return kl_k3(logprobs, ref_logprobs)
+    d = logprobs - ref_logprobs
+    if estimator == "k1":
+        return d
+    if estimator == "k2":
+        return 0.5 * d * d
+    raise ConfigError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -168,6 +196,7 @@ def step_loss(
     old_values: Tensor | None = None,
     returns: Tensor | None = None,
     is_weights: Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss of one micro-batch, normalised by the agent tokens of the whole optimizer step.
 
@@ -191,6 +220,9 @@ def step_loss(
         old_values: ``(B, T)`` values at rollout time.
         returns: ``(B, T)`` value targets.
         is_weights: ``(B, T)`` truncated importance weights for the policy term.
+        token_weights: ``(B, T)`` weight of each token in the policy, KL and entropy terms,
+            replacing ``1 / n_tokens`` (sequence-mean or a constant normaliser: see the
+            trainer's ``loss_agg``); the value loss stays a token mean.
 
     Returns:
         ``(loss, stats)``. ``stats`` holds detached SUMS over agent tokens under the keys of
@@ -226,21 +258,26 @@ def step_loss(
     )
     zero = pg.new_zeros(())
     stats = {key: zero for key in STAT_KEYS}
-    total = masked_token_sum(pg, m)
-    stats["pg_loss"] = total
+    w = None if token_weights is None else safe(token_weights.detach())
+
+    def weighted(x: Tensor) -> Tensor:  # the term's share of the loss before / n_tokens
+        return masked_token_sum(x if w is None else x * w * n_tokens, m)
+
+    stats["pg_loss"] = masked_token_sum(pg, m)
+    total = weighted(pg)
     stats["clipped"] = masked_token_sum(clipped.to(pg.dtype), m)
     stats["ratio"] = masked_token_sum(torch.exp(logp - old), m)
+    stats["approx_kl"] = masked_token_sum(kl_k3(logp.detach(), old.detach()), m)
     stats["tokens"] = m.sum().to(pg.dtype)
     # 2. KL penalty to the frozen reference.
     if ref_logprobs is not None:
-        kl = masked_token_sum(kl_k3(logp, safe(ref_logprobs).detach()), m)
-        total = total + config.kl_coef * kl
-        stats["kl"] = kl
+        per_kl = kl_estimate(logp, safe(ref_logprobs).detach(), config.kl_estimator)
+        stats["kl"] = masked_token_sum(per_kl, m)
+        total = total + config.kl_coef * weighted(per_kl)
     # 3. Entropy bonus (subtracted: the loss is minimised).
     if entropy is not None:
-        ent = masked_token_sum(safe(entropy), m)
-        total = total - config.entropy_coef * ent
-        stats["entropy"] = ent
+        stats["entropy"] = masked_token_sum(safe(entropy), m)
+        total = total - config.entropy_coef * weighted(safe(entropy))
     # 4. Value loss.
     if values is not None and returns is not None:
         v = safe(values)
