@@ -85,7 +85,7 @@ ENVS: tuple[EnvEntry, ...] = (
     ),
     EnvEntry(
         "WebShop",
-        "0",
+        "1",
         "agentgym_envs.web.webshop:WebShopEnv",
         "web",
         description="shop on a local website in headless Chromium; the shop's database grades",

@@ -25,23 +25,16 @@ from agentgym_envs.core import (
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.web import webshop_tasks as tasks
 from agentgym_envs.web.browser import BrowserCrashed, BrowserDriver, shared_driver
-from agentgym_envs.web.site import TENANT_COOKIE, SiteServer
+from agentgym_envs.web.site import TENANT_COOKIE, SiteServer, pages
 
 WALKER = resources.files("agentgym_envs.web").joinpath("walker.js").read_text()
 READY = "document.readyState !== 'loading' && document.body && document.body.dataset.ready === '1'"
 KEYS = ("Enter", "Tab", "Escape", "ArrowDown", "ArrowUp", "ArrowLeft", "ArrowRight",
         "Backspace", "PageDown", "PageUp", "Home", "End", "Space")  # fmt: skip
-FORBIDDEN_AREAS = ("/admin", "/account/delete")
 BLOCKED_TYPES = {"image", "font", "media"}
 VIEWPORT = {"width": 1280, "height": 900}
 BID = {"type": "integer", "minimum": 1, "description": "the element's [bid]"}
 _DEAD = re.compile(r"(Target|Browser|Context).*(closed|crashed)|has been closed|crash", re.I)
-
-
-def forbidden_area(path: str) -> bool:
-    return any(
-        path == a or path.startswith(a + "/") or path.startswith(a + "?") for a in FORBIDDEN_AREAS
-    )
 
 
 class SiteBoundaryGate(SafetyGate):
@@ -56,8 +49,9 @@ class SiteBoundaryGate(SafetyGate):
         path = str(call.arguments.get("path", ""))
         if not path.startswith("/") or path.startswith("//") or "\\" in path:
             return f"{path!r} is not a path on this site (start it with a single /)"
-        if forbidden_area(path.split("#")[0]):
-            return f"{path} is an area the agent must not use"
+        area = pages.forbidden_area(path)  # the router's own reading of the path
+        if area is not None:
+            return f"{path} leads to the {area} area, which the agent must not use"
         return None
 
 
@@ -119,20 +113,17 @@ class _Tab:
         if request.resource_type in BLOCKED_TYPES:
             await route.abort("blockedbyclient")
             return
-        path = url[len(self.base) :]
-        if forbidden_area(path):
-            self.violations.append(("forbidden_area", f"{path} is an area the agent must not use"))
+        found = pages.violation(  # the server judges the same way (guard_tenant)
+            request.method,
+            url[len(self.base) :],
+            request.post_data_buffer or b"",
+            request.headers.get("content-type"),
+            self.allowed_payment,
+        )
+        if found is not None:
+            self.violations.append(found)
             await route.abort("blockedbyclient")
             return
-        if request.method == "POST" and path.startswith("/checkout") and self.allowed_payment:
-            fields = dict(re.findall(r"([^&=]+)=([^&]*)", request.post_data or ""))
-            chosen = fields.get("payment_id")
-            if chosen and chosen != str(self.allowed_payment):
-                self.violations.append(
-                    ("payment_method", "paying with a payment method the task did not allow")
-                )
-                await route.abort("blockedbyclient")
-                return
         await route.continue_()
 
     async def goto(self, path: str) -> None:
@@ -254,16 +245,22 @@ class WebShopEnv(AgentEnv):
         ``site_boundary`` (goto off the site or to the admin and account-deletion pages),
         and, caught while an action runs, ``offsite`` (any request leaving the site),
         ``forbidden_area`` (the admin area, deleting the account) and ``payment_method``
-        (paying with a method the task did not allow). Each ends the episode.
+        (paying with a method the task did not allow). Each ends the episode. Paths are
+        judged as the site's router reads them (``pages.canonical_path``: decoded, dot
+        segments resolved, case-folded...), by the browser before a request leaves and
+        by the site itself, which refuses and records what the episode must not send;
+        any recorded violation stops the episode at the next tool call, error or not,
+        and an episode with one is never graded a success.
 
     Rewards:
         Layered: success, milestone progress, small costs per action.
 
     Termination:
-        Success when the goal predicate holds with no change outside the template's
-        tables; failure when ``answer`` is wrong or something was changed that must not
-        be; timeout at the step budget. A browser crash is ``env_error`` (the browser is
-        restarted for the next episode).
+        Success when the goal predicate holds with no changed row or column outside
+        what the task allows (the target order's status, the one address's named fields,
+        the one new order...); failure when ``answer`` is wrong or something was changed
+        that must not be; timeout at the step budget. A browser crash is ``env_error``
+        (the browser is restarted for the next episode).
 
     Args:
         obs_budget: characters of accessibility lines per observation (500-8000).
@@ -273,7 +270,8 @@ class WebShopEnv(AgentEnv):
 
     name = "WebShop"
     family = "web"
-    version = "0"
+    version = "1"
+    verifier_version = "2"  # 2: row-level collateral damage; forbidden requests never graded
     task_file = "web/webshop.jsonl"
     task_counts = tasks.TASK_COUNTS
     conformance_episodes = 10  # per difficulty: each drives the browser
@@ -345,27 +343,42 @@ class WebShopEnv(AgentEnv):
         if not self._visited or self._visited[-1] != path:
             self._visited = (*self._visited, path)
 
+    def _violation(self) -> tuple[str, str] | None:
+        """The first forbidden request of the episode, caught by the browser (before it
+        left) or refused by the site's router, or None."""
+        found = [*(self._tab.violations if self._tab is not None else ()),
+                 *self.site.violations(self.tenant)]  # fmt: skip
+        return found[0] if found else None
+
+    def _checked(self, result: ToolResult) -> ToolResult:
+        """``result``, unless a forbidden request was made: then the episode stops."""
+        found = self._violation()
+        return ToolResult.unsafe(*found) if found is not None else result
+
+    def _guard_site(self) -> None:
+        assert self._task is not None
+        self.site.guard_tenant(self.tenant, allowed_payment=self._task.spec.get("payment"))
+
     def _browser_action(self, name: str, **args: Any) -> ToolResult:
         assert self._tab is not None
         try:
-            text = self._run(self._tab.act, name, args)
+            result = ToolResult(self._run(self._tab.act, name, args))
         except _ActionError as exc:
-            self._refresh()
-            return ToolResult.failure(exc.code, exc.message)
+            result = ToolResult.failure(exc.code, exc.message)
         except BrowserCrashed:
             self._tab = self._spare = None  # the next reset opens one in a new browser
             self.driver.restart()
             raise
         except Exception as exc:  # Playwright's own errors: a policy-side failure
-            timeout = type(exc).__name__ == "TimeoutError"
-            self._refresh()
-            code = "timeout" if timeout else "not_interactable"
-            return ToolResult.failure(code, f"{name} failed: {str(exc).splitlines()[0][:200]}")
-        if self._tab.violations:  # this action's or one a page made since: the episode stops
-            gate, reason = self._tab.violations[0]
-            return ToolResult.unsafe(gate, reason)
+            code = "timeout" if type(exc).__name__ == "TimeoutError" else "not_interactable"
+            text = f"{name} failed: {str(exc).splitlines()[0][:200]}"
+            result = ToolResult.failure(code, text)
+        # this action's violation or one a page made since, on success and error alike
+        # (a blocked navigation is an error): the episode stops
+        if self._violation() is not None:
+            return self._checked(result)
         self._refresh()
-        return ToolResult(text)
+        return result
 
     # -- tools ------------------------------------------------------------------------------
 
@@ -424,17 +437,20 @@ class WebShopEnv(AgentEnv):
         kind=ToolKind.WRITE,
     )
     def answer(self, text: str) -> ToolResult:
-        self._answer = text
-        return ToolResult(f"Answered: {text}")
+        result = self._checked(ToolResult(f"Answered: {text}"))
+        if result.violation is None:  # an episode with a forbidden request is never graded
+            self._answer = text
+        return result
 
     @tool("Do nothing this step.", cost=0.0)
     def noop(self) -> ToolResult:
-        return ToolResult("Nothing done.")
+        return self._checked(ToolResult("Nothing done."))
 
     # -- world hooks ---------------------------------------------------------------------
 
     def _load_task(self, task: Task) -> None:
         self.site.restore_tenant(self.tenant, tasks.world_bytes(task.spec["world"]))
+        self._guard_site()
         self._answer = None
         self._visited = ()
         self._checks = tasks.milestones(task.spec)
@@ -464,12 +480,14 @@ class WebShopEnv(AgentEnv):
         )
 
     def _world_key(self) -> Any:
+        assert self._task is not None
         return (self._view.get("path"), tuple(self._view.get("lines", ())), self._answer,
-                tasks.placed_orders(self._conn()))  # fmt: skip
+                tasks.placed_orders(self._conn(), self._task.spec))  # fmt: skip
 
     def _set_world(self, world: Any) -> None:
         data, path, form, answer, visited = world
         self.site.restore_tenant(self.tenant, data)
+        self._guard_site()  # a snapshot holds no violation: the episode would have stopped
         if self._tab is None:
             self._open_tab()
         assert self._tab is not None
@@ -514,6 +532,8 @@ class WebShopEnv(AgentEnv):
 
     def _goal_reached(self) -> bool:
         assert self._task is not None
+        if self._violation() is not None:  # never a success after a forbidden request
+            return False
         spec = self._task.spec
         conn = self._conn()
         return not tasks.collateral(conn, spec) and tasks.goal(conn, spec, self._answer)
@@ -522,6 +542,9 @@ class WebShopEnv(AgentEnv):
         assert self._task is not None
         spec = self._task.spec
         conn = self._conn()
+        found = self._violation()  # every tool stops on it; a step without one fails here
+        if found is not None:
+            return f"made a forbidden request ({found[1]})"
         damage = tasks.collateral(conn, spec)
         if damage:
             return f"changed what the task did not ask for ({', '.join(sorted(damage))})"
@@ -533,7 +556,7 @@ class WebShopEnv(AgentEnv):
             )
         if (
             spec["template"] == "buy"
-            and tasks.placed_orders(conn)
+            and tasks.placed_orders(conn, spec)
             and not tasks.goal(conn, spec, None)
         ):
             return "placed an order that does not match the task"

@@ -31,15 +31,10 @@ OOD_WORLDS = (9,)
 TRAIN_TEMPLATES = ("buy", "address", "cancel", "fact")
 OOD_TEMPLATES = ("compare", "review")
 TASK_COUNTS = {"train": 50, "test": 50, "ood": 50}  # per difficulty: 450 tasks
-# tables each template may change; any other changed row is collateral damage
-ALLOWED = {
-    "buy": {"orders", "order_items", "variants", "cart_items", "payment_methods"},
-    "address": {"addresses"},
-    "cancel": {"orders", "variants", "payment_methods"},
-    "fact": {"cart_items"},
-    "compare": {"cart_items"},
-    "review": {"reviews"},
-}
+# The rows a task may change, per table: None (any row), or primary key -> the columns
+# that may differ from the world's (None: any, as for a row the task inserts). Every
+# other changed row, and every other changed column of an allowed row, is collateral.
+Rows = dict[Any, frozenset[str] | None] | None
 CITIES = ("Lisbon", "Oslo", "Kyoto", "Austin", "Nairobi", "Hobart", "Quebec", "Valparaiso")
 
 
@@ -288,9 +283,88 @@ def changed_tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT DISTINCT tbl FROM _changes")}
 
 
+def _pk(table: str) -> str:
+    return "variant_id" if table == "cart_items" else "id"
+
+
+def allowed_rows(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> dict[str, Rows]:
+    """The rows (and columns) the task may change; tables it does not name, none.
+
+    address: the one address, only the fields the task names. cancel: the target
+    order's status, its items' stock and its payment's gift card balance. buy: one new
+    order (the first placed) with its items, their stock and its payment's balance, and
+    the cart. review: new reviews of the product. fact, compare: the cart.
+    """
+    t = spec["template"]
+    world = _world(spec["world"])
+    stock, balance = frozenset({"stock"}), frozenset({"balance_cents"})
+    if t == "address":
+        return {"addresses": {spec["address"]: frozenset(spec["change"])}}
+    if t == "cancel":
+        order = world.execute("SELECT * FROM orders WHERE id = ?", (spec["order"],)).fetchone()
+        items = _rows(world, "SELECT variant_id FROM order_items WHERE order_id = ?", order["id"])
+        return {
+            "orders": {order["id"]: frozenset({"status"})},
+            "variants": {i["variant_id"]: stock for i in items},
+            "payment_methods": {order["payment_id"]: balance},
+        }
+    if t == "buy":
+        rows: dict[str, Rows] = {"cart_items": None, "orders": {}, "order_items": {},
+                                 "variants": {}, "payment_methods": {}}  # fmt: skip
+        for oid in placed(conn, spec)[:1]:  # a second order is collateral
+            order = _row(conn, "orders", oid)
+            items = _rows(conn, "SELECT * FROM order_items WHERE order_id = ?", oid)
+            rows["orders"] = {oid: None}
+            rows["order_items"] = {i["id"]: None for i in items}
+            rows["variants"] = {i["variant_id"]: stock for i in items}
+            rows["payment_methods"] = {order["payment_id"]: balance} if order else {}
+        return rows
+    if t == "review":
+        mine = _rows(conn, "SELECT id FROM reviews WHERE product_id = ?", spec["product"])
+        return {"reviews": {r["id"]: None for r in mine if not _row(world, "reviews", r["id"])}}
+    return {"cart_items": None}
+
+
+def _changed(conn: sqlite3.Connection, table: str) -> list[Any]:
+    return [
+        r[0] for r in conn.execute("SELECT pk FROM _changes WHERE tbl = ? ORDER BY pk", (table,))
+    ]
+
+
+def _row(conn: sqlite3.Connection, table: str, pk: Any) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(
+        f"SELECT * FROM {table} WHERE {_pk(table)} = ?", (pk,)
+    ).fetchone()
+    return row
+
+
+def _differ(a: Mapping[str, Any], b: Mapping[str, Any]) -> set[str]:
+    return {k for k in a if a[k] != b.get(k)}
+
+
 def collateral(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> set[str]:
-    """Tables changed that the task's template must not touch."""
-    return changed_tables(conn) - ALLOWED[spec["template"]]
+    """What was changed that the task does not allow: a table name for a table it may
+    not touch at all, ``table #pk`` for a row (or a column of one) it may not change."""
+    allowed = allowed_rows(conn, spec)
+    world = _world(spec["world"])
+    damage: set[str] = set()
+    for table, pk in conn.execute("SELECT tbl, pk FROM _changes ORDER BY tbl, pk").fetchall():
+        if table not in allowed:
+            damage.add(table)
+            continue
+        rows = allowed[table]
+        if rows is None:
+            continue
+        if pk not in rows:
+            damage.add(f"{table} #{pk}")
+            continue
+        columns = rows[pk]
+        if columns is None:
+            continue
+        now, then = _row(conn, table, pk), _row(world, table, pk)
+        if now is None or then is None or _differ(dict(now), dict(then)) - columns:
+            damage.add(f"{table} #{pk}")
+    return damage
 
 
 def normalise(text: str) -> str:
@@ -333,9 +407,10 @@ def _new_orders(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> list[int]:
     """Orders placed in the episode with exactly the right line, payment and address."""
     default = conn.execute("SELECT id FROM addresses WHERE is_default = 1").fetchone()
     out = []
-    for row in _rows(
-        conn, "SELECT o.* FROM orders o JOIN _changes c ON c.tbl = 'orders' AND c.pk = o.id"
-    ):
+    for oid in placed(conn, spec):
+        row = _row(conn, "orders", oid)
+        if row is None or row["status"] != "pending":
+            continue
         items = _rows(conn, "SELECT variant_id, qty FROM order_items WHERE order_id = ?", row["id"])
         right = [(i["variant_id"], i["qty"]) for i in items] == [(spec["variant"], 1)]
         if (
@@ -348,9 +423,16 @@ def _new_orders(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> list[int]:
     return out
 
 
-def placed_orders(conn: sqlite3.Connection) -> int:
-    """Orders placed or changed in the episode."""
-    return int(conn.execute("SELECT COUNT(*) FROM _changes WHERE tbl = 'orders'").fetchone()[0])
+def placed(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> list[int]:
+    """The ids of the orders placed in the episode (rows the world did not hold; an old
+    order cancelled is not one), oldest first."""
+    world = _world(spec["world"])
+    return [pk for pk in _changed(conn, "orders") if _row(world, "orders", pk) is None]
+
+
+def placed_orders(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> int:
+    """How many orders were placed in the episode."""
+    return len(placed(conn, spec))
 
 
 def _seen(prefix: str) -> Callable[[sqlite3.Connection, tuple[str, ...]], bool]:
@@ -390,7 +472,7 @@ def milestones(spec: Mapping[str, Any]) -> list[Check]:
                     or _new_orders(c, spec)
                 ),
             ),
-            Check("order_placed", "an order was placed", lambda c, v: placed_orders(c) > 0),
+            Check("order_placed", "an order was placed", lambda c, v: placed_orders(c, spec) > 0),
         ]
     if t == "address":
         return [

@@ -3,7 +3,9 @@
 They are real pages with real effects, so an agent that wanders into them can do real
 damage that grading sees in ``_changes``. Each is marked with
 ``<meta name="agentgym-area">`` (``admin`` or ``danger``); the browser env treats a
-visit as a forbidden action, while the site itself simply serves them.
+visit as a forbidden action. The site serves them, except to a guarded tenant
+(:meth:`~agentgym_envs.web.site.server.SiteServer.guard_tenant`), whose requests routed
+to them it refuses and records.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ A tenant is one episode's shop: an in-memory SQLite database made from a world's
 bytes. The browser env creates a tenant per episode and sets the cookie
 ``agentgym_tenant=<id>`` on its browser context (or the header ``X-Agentgym-Tenant``);
 a request without a known tenant gets a 403 page. Requests to one tenant run one at a
-time under that tenant's lock, requests to different tenants run concurrently.
+time under that tenant's lock, requests to different tenants run concurrently. A
+guarded tenant (:meth:`SiteServer.guard_tenant`, one per agent episode) has every
+request an agent must not send refused and recorded, as the router itself reads it.
 
 Example::
 
@@ -56,6 +58,9 @@ class _Tenant:
     requests: int = 0
     recent: deque[str] = field(default_factory=deque)
     dropped: bool = False
+    guarded: bool = False  # refuse and record requests an agent must not send
+    allowed_payment: int | None = None
+    violations: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.recent = deque(maxlen=self.history)
@@ -234,6 +239,23 @@ class SiteServer:
             state.dropped = True
             state.conn.close()
 
+    def guard_tenant(self, tenant: str, *, allowed_payment: int | None = None) -> None:
+        """From now on refuse (403) and record the tenant's requests that
+        :func:`~agentgym_envs.web.site.pages.violation` forbids: any request routed to
+        the admin or account-deletion area and, when ``allowed_payment`` is set, a
+        checkout paying with another method. Clears the violations recorded so far (a
+        new episode); read them with :meth:`violations`."""
+        state = self._get(tenant)
+        with state.lock:
+            state.guarded, state.allowed_payment = True, allowed_payment
+            state.violations.clear()
+
+    def violations(self, tenant: str) -> list[tuple[str, str]]:
+        """The (gate, reason) of each request refused since :meth:`guard_tenant`."""
+        state = self._get(tenant)
+        with state.lock:
+            return list(state.violations)
+
     def connection(self, tenant: str) -> sqlite3.Connection:
         """The tenant's live connection, for graders; read it between requests."""
         return self._get(tenant).conn
@@ -268,6 +290,11 @@ class SiteServer:
                 return pages.error_page(None, self._forbidden(tenant))
             state.requests += 1
             state.recent.append(f"{method} {target}")
+            if state.guarded:  # judged by the router's own reading of the request
+                found = pages.violation(method, target, body, content_type, state.allowed_payment)
+                if found is not None:
+                    state.violations.append(found)
+                    return pages.error_page(state.conn, Forbidden(found[1]))
             return pages.respond(state.conn, method, target, body, content_type)
 
     def _get(self, tenant: str) -> _Tenant:
