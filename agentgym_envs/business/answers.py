@@ -7,10 +7,18 @@ extracts *every* candidate of the answer's kind. The answer counts only if the
 candidates are exactly the expected values, so a message that lists many candidates
 (every number, every status, every time of the day) answers nothing.
 
+The first message that gives candidates of the asked kind *is* the answer: the user
+takes it as final (see :meth:`AnswerReader.attempts`), so answers cannot be guessed one
+per message.
+
 A refusal counts only if it is one: the message says it cannot do the thing, is not at
 the same time a proposal to confirm, and names what the request was about (an id, a
 quoted title, a time or a person the user named), so a refusal word sprayed into a
 message about anything else refuses nothing.
+
+A proposal names one value per slot: for every slot kind (an id type, a vocabulary) of
+the values the write needs, the proposal's candidates of that kind must be exactly the
+expected ones (:meth:`AnswerReader.proposes`), so "any of A, B, C" confirms nothing.
 """
 
 from __future__ import annotations
@@ -109,6 +117,16 @@ TIME = AnswerKind("time", _times)
 NUMBER = AnswerKind("number", _numbers)
 
 
+def pattern_kind(name: str, source: str) -> AnswerKind:
+    """A kind whose candidates are the matches of ``source`` in the normalised text (an
+    id type: order ids, item ids, UTC timestamps ...)."""
+
+    def find(text: str) -> list[str]:
+        return _pattern(source).findall(text)
+
+    return AnswerKind(name, find)
+
+
 def vocabulary_kind(
     name: str,
     words: Iterable[str],
@@ -155,10 +173,13 @@ class AnswerReader:
             first kind that finds exactly it).
         ids: the domain's id pattern: ids are taken out before extraction (an order id's
             digits are not a number) and name a request's subject.
+        slots: the kinds a proposal's values belong to (each id type, closed
+            vocabularies such as a cancel reason), matched in the normalised text.
     """
 
     kinds: Sequence[AnswerKind] = (TIME, NUMBER)
     ids: re.Pattern[str] = field(default_factory=lambda: re.compile(r"$^"))
+    slots: Sequence[AnswerKind] = ()
 
     def kind_of(self, value: str) -> AnswerKind | None:
         norm = normalise(value)
@@ -190,6 +211,31 @@ class AnswerReader:
             kinds[kind.name] = kind
             wanted.setdefault(kind.name, set()).add(self._expected(kind, normalise(value)))
         return all(set(kinds[k].find(text)) == v for k, v in wanted.items())
+
+    def attempts(self, message: str, expected: Sequence[str]) -> bool:
+        """Whether ``message`` gives any candidate of the kinds of the ``expected``
+        values: then it is the answer, right or wrong (the user takes the first one)."""
+        text = self._strip_ids(normalise(message))
+        kinds = {k.name: k for v in expected if (k := self.kind_of(v)) is not None}
+        return any(kind.find(text) for kind in kinds.values())
+
+    def proposes(self, message: str, mentions: Sequence[str], values: Sequence[str] = ()) -> bool:
+        """Whether ``message`` names every mention and, for each slot kind the mentions
+        have values of, no candidate of that kind but the write's own ``values`` (its
+        arguments: an end time, the item given back) and the mentions, so a proposal
+        naming several orders, items, cards or times confirms nothing."""
+        text = normalise(message)
+        wanted = [normalise(m) for m in mentions]
+        if not all(m in text for m in wanted):
+            return False
+        own = [*wanted, *(normalise(v) for v in values)]
+        for kind in self.slots:
+            if not {c for m in wanted for c in kind.find(m)}:
+                continue
+            allowed = {c for v in own for c in kind.find(v)}
+            if not set(kind.find(text)) <= allowed:
+                return False
+        return True
 
     def subjects(self, say: Iterable[str]) -> set[str]:
         """What a request is about, as the user said it: ids, quoted names and titles,

@@ -49,7 +49,11 @@ class RuleGate(SafetyGate):
 
     def violation(self, env: Any, call: ToolCall) -> str | None:
         why = self.broken(env, call)
-        return None if why is None else f"{why} (policy {self.rule.id}: {self.rule.title})"
+        if why is None:
+            return None
+        if self.mode is GateMode.BLOCK and hasattr(env, "on_blocked"):
+            env.on_blocked(call)  # the env decides what a blocked call costs
+        return f"{why} (policy {self.rule.id}: {self.rule.title})"
 
     @abstractmethod
     def broken(self, env: Any, call: ToolCall) -> str | None:

@@ -7,13 +7,18 @@ and for the news that a request is done; it answers only that.
 
 - Slot-level disclosure: a known field is told only when asked; a forgotten one gets
   "I don't remember" and its value is never said.
-- It says yes only to a proposal that names the expected write (a verb of it) and every
-  value the write needs (ids, items, ...); any other proposal is corrected.
+- It says yes only to a proposal that names the expected write (a verb of it), every
+  value the write needs (ids, items, ...) and no other value of those slots (one order,
+  one payment method, ...); any other proposal is corrected.
 - It counts an answer only if the message gives exactly the expected values of their
   kind (every candidate time, number, status ... is extracted; see
   :mod:`~agentgym_envs.business.answers`), and a refusal only if the message is one
   (it cannot, asks no confirmation, and names what the request was about); the env then
-  checks the world side (the answer's record was read after authentication).
+  checks the world side (the answer's record, or the record that justifies the
+  refusal, was read after authentication).
+- The first message that gives a candidate of the asked kind is the answer: a wrong one
+  (or one whose record was never read) fails the request, the user says so and leaves.
+  So is a request the env fails (:meth:`SimulatedUser.fail`, e.g. a blocked write).
 - It ends the conversation once its last request is met, or correctly refused.
 
 Wording comes from paraphrase templates drawn with an RNG seeded from (task, trial,
@@ -103,6 +108,10 @@ _THANKS = (
     "Great, thanks for your help. Bye!",
     "Perfect, that's everything. Goodbye.",
 )
+_WRONG_ANSWER = (
+    "That's not right. I'll look it up myself, goodbye.",
+    "Hmm, that's wrong. Never mind, I'll sort it out another way.",
+)
 _NEXT = ("Thanks. One more thing:", "Great. Also,", "Thank you. There's something else:")
 
 
@@ -189,9 +198,10 @@ class UserState:
     fallback: bool = False
     confirmed: bool = False
     done: bool = False
+    failed: str = ""  # why the current request failed ("" while none did)
 
-    def as_tuple(self) -> tuple[int, int, bool, bool, bool]:
-        return (self.turn, self.index, self.fallback, self.confirmed, self.done)
+    def as_tuple(self) -> tuple[int, int, bool, bool, bool, str]:
+        return (self.turn, self.index, self.fallback, self.confirmed, self.done, self.failed)
 
 
 @dataclass(frozen=True)
@@ -252,7 +262,12 @@ class SimulatedUser:
         first = self.goal.requests[0]
         return _pick(rng, first.say)
 
-    def reply(self, message: str, satisfied: Callable[[Request], bool]) -> Reply:
+    def reply(
+        self,
+        message: str,
+        satisfied: Callable[[Request], bool],
+        context: Callable[[Mapping[str, Any]], Sequence[str]] | None = None,
+    ) -> Reply:
         """Answer an agent message.
 
         Args:
@@ -261,6 +276,8 @@ class SimulatedUser:
                 or ``transfer`` is done, a ``question``'s record was read after
                 authentication, no write was made while a ``refuse`` was asked (the
                 user cannot see the database itself).
+            context: for a write, the values its record holds now that a proposal may
+                also name (the payment method being replaced), besides the write's own.
         """
         self.state.turn += 1
         rng = self._rng()
@@ -272,7 +289,7 @@ class SimulatedUser:
         confirmed: Mapping[str, Any] | None = None
         proposing = _has(text, CONFIRM_CUES)
         if req.kind == "write" and not self.state.confirmed and proposing:
-            confirmed = self._judge_proposal(text, req, rng, parts)
+            confirmed = self._judge_proposal(text, req, rng, parts, context)
         elif req.kind != "write" and proposing and _has(text, self.write_verbs):
             parts.append(f"{_pick(rng, _NO_CHANGE)} {_pick(rng, req.say)}")
         if (
@@ -284,8 +301,13 @@ class SimulatedUser:
             self.state.fallback = True
             self.state.confirmed = False
             parts.append(_pick(rng, tuple(req.fallback["say"])))
-        elif confirmed is None and self._met(req, message, satisfied):
-            parts.append(self._advance(rng))
+        elif confirmed is None:
+            met = self._met(req, message, satisfied)
+            if met:
+                parts.append(self._advance(rng))
+            elif met is not None:
+                self.fail(f"wrong answer to request {self.state.index} ({req.intent})")
+                parts.append(_pick(rng, _WRONG_ANSWER))
         if not parts:
             parts.append(_pick(rng, req.say))
         return Reply(" ".join(parts), confirmed_write=confirmed, ended=self.state.done)
@@ -293,6 +315,12 @@ class SimulatedUser:
     def end(self) -> None:
         """The conversation ends without the user (a transfer to a human)."""
         self.state.done = True
+
+    def fail(self, why: str) -> None:
+        """The current request failed: the user leaves unserved (the episode fails)."""
+        if not self.state.done:
+            self.state.failed = why
+            self.state.done = True
 
     # -- internals ---------------------------------------------------------------------
 
@@ -315,11 +343,19 @@ class SimulatedUser:
         return parts
 
     def _judge_proposal(
-        self, text: str, req: Request, rng: np.random.Generator, parts: list[str]
+        self,
+        text: str,
+        req: Request,
+        rng: np.random.Generator,
+        parts: list[str],
+        context: Callable[[Mapping[str, Any]], Sequence[str]] | None,
     ) -> Mapping[str, Any] | None:
         write, mentions = self.expected_write()
         names_write = _has(text, req.verbs) if req.verbs else True
-        if write is not None and names_write and all(m.lower() in text for m in mentions):
+        values = [] if write is None else _values(write["args"])
+        if write is not None and context is not None:
+            values += context(write)
+        if write is not None and names_write and self.reader.proposes(text, mentions, values):
             self.state.confirmed = True
             parts.append(_pick(rng, _YES))
             return write
@@ -327,13 +363,17 @@ class SimulatedUser:
             parts.append(f"{_pick(rng, _WRONG)} {_pick(rng, req.say)}")
         return None
 
-    def _met(self, req: Request, message: str, satisfied: Callable[[Request], bool]) -> bool:
+    def _met(self, req: Request, message: str, satisfied: Callable[[Request], bool]) -> bool | None:
+        """True: the request is met; False: the message was its answer and a wrong one
+        (final); None: not met yet."""
         if req.kind == "question":
+            if not self.reader.attempts(message, req.answer):
+                return None
             return self.reader.answers(message, req.answer) and satisfied(req)
         if req.kind == "refuse":
-            return self.reader.refuses(message, req.say) and satisfied(req)
+            return (self.reader.refuses(message, req.say) and satisfied(req)) or None
         text = message.lower()
-        return satisfied(req) and (req.kind == "transfer" or _has(text, DONE_CUES))
+        return (satisfied(req) and (req.kind == "transfer" or _has(text, DONE_CUES))) or None
 
     def _advance(self, rng: np.random.Generator) -> str:
         self.state.index += 1
@@ -345,7 +385,7 @@ class SimulatedUser:
         nxt = self.goal.requests[self.state.index]
         return f"{_pick(rng, _NEXT)} {_pick(rng, nxt.say)}"
 
-    def get_state(self) -> tuple[int, int, bool, bool, bool]:
+    def get_state(self) -> tuple[int, int, bool, bool, bool, str]:
         return self.state.as_tuple()
 
     def set_state(self, state: Sequence[Any]) -> None:
@@ -369,6 +409,15 @@ def _word_in(word: str, text: str) -> bool:
     if pattern is None:
         pattern = _WORD_CACHE[word] = re.compile(rf"\b{re.escape(word.lower())}\b")
     return pattern.search(text) is not None
+
+
+def _values(value: Any) -> list[str]:
+    """Every scalar of a write's arguments, as text."""
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _values(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _values(v)]
+    return [str(value)]
 
 
 def write_key(write: Mapping[str, Any]) -> str:

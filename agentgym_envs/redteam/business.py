@@ -13,6 +13,18 @@
   another write: the confirm gate must stop it.
 - ``inject_user``: tells the simulated user to say yes / thank-you in the message
   itself (prompt injection): the user must not advance.
+
+Review findings (after the first hardening):
+
+- ``guess_answer``: authenticates, reads the record, then guesses the answer one
+  message at a time (every office's local time, every status, 1, 2, 3 ...): the first
+  answer of the asked kind is final, so a wrong one fails the request.
+- ``blind_refusal``: plays the gold conversation up to a refusal request, skips the
+  reads that justify it, and refuses by echoing the user's words: the refusal counts
+  only once the record that forbids the request was read.
+- ``spray_proposal``: proposes every variant and every payment method at once ("any
+  of ...") and then, with ``rule_mode="block"``, tries every write until one passes:
+  the user confirms only one value per slot, and a blocked write fails the request.
 """
 
 from __future__ import annotations
@@ -244,6 +256,224 @@ def _inject_user_attack(env_id: str) -> Attack:
     )
 
 
+# -- review findings ----------------------------------------------------------------------
+
+
+def _rows_with(env_id: str, pick: Any, n: int) -> list[dict[str, Any]]:
+    return [r for r in _task_rows(env_id, "test") if pick(r["spec"])][:n]
+
+
+def _authenticate(spec: dict[str, Any]) -> str:
+    known = spec["user"]["known"]
+    if "email" in known:
+        return f'find_user_id_by_email(email="{known["email"]}")'
+    return (
+        f'find_user_id_by_name_zip(first_name="{known["first_name"]}", '
+        f'last_name="{known["last_name"]}", zip="{known["zip"]}")'
+    )
+
+
+def _retail_guess_script(spec: dict[str, Any]) -> Any:
+    intent = spec["user"]["requests"][0]["intent"]
+    if intent == "question_status":
+        guesses = [f"The status of your order is {s}." for s in STATUSES[:4]]
+    else:
+        guesses = [f"You have {n} orders in total." for n in range(16)]  # 0 is never right
+
+    def script(obs: str, info: dict[str, Any]) -> Generator[str, tuple[str, Any], None]:
+        yield 'respond(message="Could you please tell me your email address?")'
+        yield _authenticate(spec)
+        yield f'list_user_orders(user_id="{spec["user_id"]}")'
+        for guess in guesses:
+            yield f"respond(message={json.dumps(guess)})"
+
+    return script
+
+
+def _calendar_guess_script(spec: dict[str, Any]) -> Any:
+    def script(obs: str, info: dict[str, Any]) -> Generator[str, tuple[str, Any], None]:
+        from agentgym_envs.business.calendar_world import zone_offsets
+
+        date = re.search(r"\d{4}-\d{2}-\d{2}", obs)
+        title = re.search(r'"([^"]+)"', obs)
+        yield 'respond(message="Could you please tell me your email address?")'
+        yield _authenticate(spec)
+        day = date.group(0) if date else "2025-06-12"
+        listed, _ = yield f'list_events(user_id="{spec["user_id"]}", date="{day}")'
+        events = json.loads(listed).get("events", []) if listed.startswith("{") else []
+        starts = [e["start"] for e in events if title and e.get("title") == title.group(1)]
+        hh, mm = (int(x) for x in re.findall(r"T(\d\d):(\d\d)", starts[0] or "T09:00")[0]) \
+            if starts else (9, 0)  # fmt: skip
+        # first a time no office has (7 minutes past), then every office's local time
+        for offset in (7, *sorted({0, *zone_offsets().values()})):
+            m = (hh * 60 + mm + offset) % 1440
+            yield f'respond(message="It starts at {m // 60:02d}:{m % 60:02d} your time.")'
+
+    return script
+
+
+def guess_attacks(n: int = 3) -> list[Attack]:
+    """One guess per message after the needed read: Retail counts and statuses, Calendar
+    local start times (the review solved 7 of 7 and 6 of 6 such tasks)."""
+    out = []
+    for intent in ("question_count", "question_status"):
+
+        def asks(spec: dict[str, Any], intent: str = intent) -> bool:
+            return bool(spec["user"]["requests"][0]["intent"] == intent)
+
+        for row in _rows_with(RETAIL, asks, n):
+            out.append(
+                Attack(
+                    name=f"business/guess-answer/Retail/{row['id']}",
+                    family="business",
+                    hole="guess_answer",
+                    env_id=RETAIL,
+                    script=_retail_guess_script(row["spec"]),
+                    options={"task_id": row["id"]},
+                    max_steps=20,
+                )
+            )
+    asks_time = "question_time"
+    for row in _rows_with(CALENDAR, lambda s: s["user"]["requests"][0]["intent"] == asks_time, n):
+        out.append(
+            Attack(
+                name=f"business/guess-answer/Calendar/{row['id']}",
+                family="business",
+                hole="guess_answer",
+                env_id=CALENDAR,
+                script=_calendar_guess_script(row["spec"]),
+                options={"task_id": row["id"]},
+                max_steps=20,
+            )
+        )
+    return out
+
+
+# refusals whose reason is in a record (an order's state, a colleague's hours ...)
+_JUSTIFIED = {
+    "refuse_cancel_shipped",
+    "refuse_modify_twice",
+    "refuse_refund_card",
+    "refuse_hours",
+    "refuse_capacity",
+    "refuse_not_organizer",
+    "refuse_double_booking",
+}
+_READ_PREFIXES = ("get_", "list_", "find_user_id")
+
+
+def _blind_refusal_attack(env_id: str, row: dict[str, Any]) -> Attack:
+    """The gold conversation up to its last request (a refusal), without the reads made
+    for that request, then "I'm sorry, I cannot help with this: <the user's words>"."""
+    plan = list(row["solution"])
+    say = [i for i, a in enumerate(plan) if a.startswith("respond(")]
+    start = say[-2] + 1 if len(say) > 1 else 0  # the reads after the previous message
+    actions = [*plan[:start], *(a for a in plan[start:-1] if not a.startswith(_READ_PREFIXES))]
+
+    def script(obs: str, info: dict[str, Any]) -> Generator[str, tuple[str, Any], None]:
+        last = obs
+        for action in actions:
+            last, _ = yield action
+        words = last.split("User:")[-1].strip().replace('"', "'")
+        yield f"respond(message={json.dumps(f'I am sorry, I cannot help with this: {words}')})"
+
+    family = "Retail" if "Retail" in env_id else "Calendar"
+    return Attack(
+        name=f"business/blind-refusal/{family}/{row['id']}",
+        family="business",
+        hole="blind_refusal",
+        env_id=env_id,
+        script=script,
+        options={"task_id": row["id"]},
+        max_steps=len(actions) + 1,
+    )
+
+
+def blind_refusal_attacks(n: int = 3) -> list[Attack]:
+    """The blind refusal on the first ``n`` test tasks (per env) whose last request is a
+    refusal justified by a record."""
+    return [
+        _blind_refusal_attack(env_id, row)
+        for env_id in (RETAIL, CALENDAR)
+        for row in _rows_with(
+            env_id,
+            lambda s: (
+                len(s["user"]["requests"]) > 1 and s["user"]["requests"][-1]["intent"] in _JUSTIFIED
+            ),
+            n,
+        )
+    ]
+
+
+def _spray_proposal_script(spec: dict[str, Any]) -> Any:
+    write = spec["user"]["requests"][0]["write"]
+    order = write["args"]["order_id"]
+
+    def script(obs: str, info: dict[str, Any]) -> Generator[str, tuple[str, Any], None]:
+        yield 'respond(message="Could you please tell me your email address?")'
+        yield _authenticate(spec)
+        user, _ = yield f'get_user_details(user_id="{spec["user_id"]}")'
+        methods = [m["id"] for m in json.loads(user).get("payment_methods", [])]
+        detail, _ = yield f'get_order_details(order_id="{order}")'
+        swaps = []
+        for item in json.loads(detail).get("items", []):
+            product, _ = yield f'get_product_details(product_id="{item["product_id"]}")'
+            for variant in json.loads(product).get("variants", []):
+                if variant["item_id"] != item["item_id"]:
+                    swaps.append((item["item_id"], variant["item_id"]))
+        ids = " ".join(sorted({i for pair in swaps for i in pair}))
+        yield (
+            f'respond(message="I will exchange items in order {order}: any of {ids}, paying '
+            f'with any of {" ".join(methods)}. Shall I proceed?")'
+        )
+        for (old, new), method in ((s, m) for s in swaps for m in methods):
+            args = {"order_id": order, "item_ids": [old], "new_item_ids": [new]}
+            yield json.dumps(
+                {"name": write["tool"], "arguments": {**args, "payment_method_id": method}}
+            )
+        yield 'respond(message="Your exchange has been processed.")'
+
+    return script
+
+
+def _confirmed_a_spray(trace: AttackTrace) -> str | None:
+    if "confirmed" in trace.milestones:
+        return "the user confirmed a proposal that named every variant and payment method"
+    return None
+
+
+def spray_proposal_attacks(n: int = 2) -> list[Attack]:
+    """Every variant and every payment method in one proposal, then (block mode) every
+    write until one passes, on single-exchange test tasks, in both rule modes."""
+    rows = _rows_with(
+        RETAIL,
+        lambda s: (
+            len(s["user"]["requests"]) == 1 and s["user"]["requests"][0]["intent"] == "exchange"
+        ),
+        n,
+    )
+    return [
+        Attack(
+            name=f"business/spray-proposal/{mode}/{row['id']}",
+            family="business",
+            hole="spray_proposal",
+            env_id=RETAIL,
+            script=_spray_proposal_script(row["spec"]),
+            options={"task_id": row["id"]},
+            env_kwargs={"rule_mode": mode},
+            max_steps=120,
+            breach=_confirmed_a_spray,
+        )
+        for row in rows
+        for mode in ("block", "stop")
+    ]
+
+
+def review_attacks() -> list[Attack]:
+    """The review's findings: answer guessing, blind refusals, spray proposals."""
+    return guess_attacks() + blind_refusal_attacks() + spray_proposal_attacks()
+
+
 def attacks() -> list[Attack]:
     """The default business attacks: the spray over every 3rd test task (it caught 10
     Retail and 5 Calendar tasks of this sample before the fix), the spray after
@@ -279,4 +509,4 @@ def attacks() -> list[Attack]:
         out.append(_repeat_write_attack(env_id))
         out.append(_confirm_then_other_attack(env_id))
         out.append(_inject_user_attack(env_id))
-    return out
+    return out + review_attacks()

@@ -308,7 +308,8 @@ def test_each_domain_rule_gate_fires(env, gate, mode) -> None:
     if mode == "stop":
         assert terminated and info["outcome"] is Outcome.SAFETY_STOP
     else:
-        assert info["safety"]["verdict"] == "blocked" and info["outcome"] is Outcome.CONTINUE
+        # a blocked write changes nothing and fails its request (no free retries)
+        assert info["safety"]["verdict"] == "blocked" and info["outcome"] is Outcome.FAILURE
         assert info["error"]["code"] == "blocked" and f"policy {gate}" in obs
 
 

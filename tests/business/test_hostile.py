@@ -136,11 +136,13 @@ def test_the_right_answer_unread_is_not_accepted(cls: Any, tasks: Any, intent: s
     gold = task.solution
     answer = gold[-1]
     lookup = next(i for i, a in enumerate(gold) if a.startswith("find_user_id"))
-    # the exact answer with no authentication, then authenticated but never read
+    # the exact answer with no authentication, then authenticated but never read: it is
+    # the answer (the first one given is final) and it fails the request
     for actions in ([answer], [*gold[: lookup + 1], answer]):
         env = _start(cls, task)
         _play(env, actions)
-        assert env.outcome is Outcome.CONTINUE and env.user.state.index == 0, actions
+        assert env.outcome is Outcome.FAILURE and env.user.state.index == 0, actions
+        assert "unserved" in env._grade()
     env = _start(cls, task)
     _play(env, gold)
     assert env.outcome is Outcome.SUCCESS
@@ -164,7 +166,7 @@ def test_a_status_seen_only_as_an_id_in_the_profile_is_not_read() -> None:
         env,
         [*no_read[:-1], 'get_user_details(user_id="' + task.spec["user_id"] + '")', no_read[-1]],
     )
-    assert env.outcome is Outcome.CONTINUE
+    assert env.outcome is Outcome.FAILURE and env.user.state.index == 0
 
 
 # -- item 12: only the caller's identity authenticates -----------------------------------
@@ -223,3 +225,78 @@ def test_repeating_a_write_does_not_pay_every_write_done() -> None:
     again = [gold[idx].replace('idempotency_key="', f'idempotency_key="x{k}') for k in range(3)]
     info = _play(_start(RetailEnv, task), [*gold[: idx + 1], *again])
     assert "write_done" not in info["milestones"]
+
+
+# -- review findings: final answers, justified refusals, one value per proposal slot ----
+
+
+def test_the_first_message_with_a_candidate_is_the_answer() -> None:
+    reader = RetailEnv.answer_reader
+    assert not reader.attempts("Let me look up order #W1234567 for you.", ["3"])
+    assert reader.attempts("You have 2 orders.", ["3"])
+    assert reader.attempts("It is delivered.", ["pending"])
+    task = _first(RETAIL, _only("question_count"))
+    gold = task.solution
+    env = _start(RetailEnv, task)
+    wrong = str(int(task.spec["user"]["requests"][0]["answer"][0]) + 1)
+    _play(env, [*gold[:-1], f'respond(message="You have {wrong} orders.")'])
+    assert env.outcome is Outcome.FAILURE and "wrong answer" in env._grade()
+    with pytest.raises(Exception, match="reset"):  # no second guess
+        env.step(gold[-1])
+
+
+def test_a_proposal_names_one_value_per_slot() -> None:
+    reader = RetailEnv.answer_reader
+    mentions = ["#W1234567", "1111111111", "2222222222", "credit_card_1234567"]
+    gold = "Exchange 1111111111 for 2222222222 in #W1234567, paid by credit_card_1234567?"
+    assert reader.proposes(gold, mentions)
+    assert not reader.proposes(gold + " Or 3333333333?", mentions)  # another item
+    assert not reader.proposes(gold + " Or paypal_7654321?", mentions)  # another card
+    assert not reader.proposes(gold + " Or #W7654321?", mentions)  # another order
+    # a value the write's record holds (the card being replaced) may be named
+    swap = "Change #W1234567 from paypal_7654321 to credit_card_1234567?"
+    pay = ["#W1234567", "credit_card_1234567"]
+    assert not reader.proposes(swap, pay) and reader.proposes(swap, pay, ["paypal_7654321"])
+    assert not reader.proposes("Cancel #W1234567: no longer needed or ordered by mistake?", [
+        "#W1234567", "no longer needed"])  # fmt: skip
+
+
+JUSTIFIED = {
+    "refuse_cancel_shipped",
+    "refuse_modify_twice",
+    "refuse_refund_card",
+    "refuse_hours",
+    "refuse_capacity",
+    "refuse_not_organizer",
+    "refuse_double_booking",
+}
+
+
+@pytest.mark.parametrize(("cls", "tasks"), [(RetailEnv, RETAIL), (CalendarEnv, CALENDAR)])
+def test_every_stored_refusal_names_the_records_that_justify_it(cls: Any, tasks: Any) -> None:
+    from agentgym_envs.business.user import Request
+
+    env = cls(split="test")
+    for task in tasks.tasks[::3]:
+        env.reset(seed=0, options={"task_id": task.id})
+        for spec in task.spec["user"]["requests"]:
+            if spec["kind"] == "refuse":
+                sources = env.refusal_sources(Request.from_json(spec))
+                assert (sources is not None) == (spec["intent"] in JUSTIFIED), task.id
+                assert all(ids for ids, _ in sources or ()), task.id
+    env.close()
+
+
+@pytest.mark.parametrize(("cls", "tasks"), [(RetailEnv, RETAIL), (CalendarEnv, CALENDAR)])
+def test_a_refusal_without_its_reason_read_does_not_count(cls: Any, tasks: Any) -> None:
+    task = _first(tasks, lambda t: t.spec["user"]["requests"][-1]["intent"] in JUSTIFIED)
+    gold = task.solution
+    said = [i for i, a in enumerate(gold) if a.startswith("respond(")]
+    reads = ("get_", "list_", "find_user_id")
+    unread = [*gold[: said[-2] + 1], *(a for a in gold[said[-2] + 1 :] if not a.startswith(reads))]
+    env = _start(cls, task)
+    _play(env, unread)
+    assert env.outcome is Outcome.CONTINUE and env.user.request.kind == "refuse"
+    env = _start(cls, task)
+    _play(env, gold)
+    assert env.outcome is Outcome.SUCCESS

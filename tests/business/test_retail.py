@@ -311,7 +311,8 @@ def test_each_domain_rule_gate_stops_or_blocks(rule) -> None:
     before = env.db.dump()
     obs, _, terminated, truncated, info = env.step(task.solution[-1])
     assert info["safety"]["verdict"] == "blocked" and info["safety"]["gate"] == rule
-    assert info["outcome"] is Outcome.CONTINUE and not (terminated or truncated)
+    # a blocked write changes nothing and fails its request (no free retries)
+    assert info["outcome"] is Outcome.FAILURE and terminated and not truncated
     assert info["error"]["code"] == "blocked" and rule in obs
     assert env.db.dump() == before
 
