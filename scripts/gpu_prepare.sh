@@ -9,7 +9,7 @@
 # machine stays warm; runs/ is ignored, so no training run travels):
 #   call 1  carry [".gpu/gguf.part_aa", ".whl"]     command: bash scripts/gpu_proof.sh stage
 #   call 2  carry [".gpu/gguf.part_ab"]             command: bash scripts/gpu_proof.sh stage
-#   call 3  carry [".gpu/gguf.part_ac", ".gpu/gguf.sha256"]  timeout_s 560
+#   call 3  carry [".gpu/gguf.part_ac", ".gpu/gguf.sha256"]  timeout_s 540
 #                                                    command: bash scripts/gpu_proof.sh run
 # Rehearse the whole plan on the CPU with: SMOKE=1 bash scripts/gpu_proof.sh rehearse
 set -euo pipefail
