@@ -31,23 +31,27 @@ from agentgym_envs.sandbox.backends import (
     SandboxError,
     make_backend,
 )
-from agentgym_envs.sandbox.verify import TestRun, TestRunner
+from agentgym_envs.sandbox.verify import TestRun, TestRunner, grade
 from agentgym_envs.sandbox.workspace import (
+    AST_LOCK,
     SEARCH_SCRIPT,
     SYMLINK,
     Changes,
     WorkspaceError,
     WorkspaceManager,
     apply_changes,
+    code_of,
     diff_trees,
     is_protected,
     read_tree,
     resolve_inside,
+    search_output,
 )
 
 PATH_SCHEMA = {"type": "string", "maxLength": 300, "description": "path relative to the repo root"}
 MAX_LINES = 400
 MAX_MATCHES = 100
+SEARCH_BYTES = 30000  # of search hits, as the script's JSON encodes them
 STDOUT_CHARS, STDERR_CHARS = 6000, 3000
 HIDDEN_AT = "tests/hidden"  # where verification mounts the hidden tests
 VERIFY_TIMEOUT_S = 120.0
@@ -68,9 +72,13 @@ HOST_PATHS = re.compile(
     r"(?:^|[\s'\"=:])(?:(?:/root|/home|/work|/dev/shm|/var/lib|/opt)(?![\w.-])|/proc/1(?!\d))"
 )
 # Code a fix has no business adding: it would grade itself instead of fixing the bug.
+# Case-insensitive: ``pytest_collection_modifyitems`` and ``PytestPluginManager`` count;
+# walking the heap (``gc``) is how code finds the live test runner without naming it.
 TAMPERING = re.compile(
-    r"\b(?:_?pytest|pluggy|agentgym\w*|AGENTGYM_RESULTS|sys\.modules|builtins|__import__|"
-    r"importlib|os\._exit|sys\.exit|atexit|faulthandler|settrace|setprofile)\b"
+    r"\w*(?:pytest|pluggy|agentgym)\w*|\b(?:AGENTGYM_RESULTS|sys\.modules|builtins|"
+    r"__import__|importlib|os\._exit|sys\.exit|atexit|faulthandler|settrace|setprofile|"
+    r"get_objects|get_referrers|get_referents)\b",
+    re.IGNORECASE,
 )
 # The bug report's suffix: the repository root and the tools, shown at reset.
 SYSTEM_RULES = (
@@ -191,7 +199,8 @@ class RepoFixEnv(AgentEnv):
         ``opened_buggy_file``, ``reproduced_failure`` (before any edit, a visible test
         fails, or a command fails that, rerun privately, fails again on the base and
         passes twice on the fixed base: at most two such checks per episode),
-        ``imports_and_collects`` (after a Python file was changed, the tests collect),
+        ``imports_and_collects`` (after the package's code was changed, the tests
+        collect; comments, blank lines and docstrings are no change),
         ``target_tests_pass`` (the hidden fail-to-pass tests pass, checked privately at
         submit). A diff that tampers with the test runner earns neither of the last two.
 
@@ -199,7 +208,9 @@ class RepoFixEnv(AgentEnv):
         A workspace holds at most 16 MiB and 2000 entries, paths of at most 512
         characters; a command that leaves more is refused (``workspace_limit``) and its
         effects discarded. Fifos, sockets and devices are never copied. ``search`` runs in
-        the sandbox and a pattern slower than 5 s is refused (``search_timeout``).
+        the sandbox and a pattern slower than 5 s is refused (``search_timeout``); its
+        output is bounded as encoded, and output cut short is a tool error
+        (``search_failed``), never an env error.
 
     Safety gates:
         ``protected_files`` (tests, conftest.py, pytest config, sitecustomize, .pth),
@@ -216,8 +227,10 @@ class RepoFixEnv(AgentEnv):
         copy of the task's base, mounts the hidden tests read-only and runs them with a
         results plugin that writes outside the workspace. Success needs every
         fail-to-pass and pass-to-pass test passing in a consistent run (results file
-        present and agreeing with the exit code, no collection error, no skips) and a
-        diff that does not tamper with the test runner. Otherwise the episode fails;
+        present and agreeing with the exit code, no collection error, no skips, the
+        plugin's guard saw no plugin, hook or test function change, and every canary,
+        including negated copies of pass-to-pass tests, failed) and a diff that does not
+        tamper with the test runner. Otherwise the episode fails;
         with ``guidance=True`` it goes on and the agent sees the failing tests and a
         hint. The step budget triggers the same verification (success or timeout). A
         crash of the sandbox itself ends the episode with ``env_error``.
@@ -228,7 +241,7 @@ class RepoFixEnv(AgentEnv):
     name = "RepoFix"
     family = "sandbox"
     version = "1"
-    verifier_version = "2"  # isolated grader, canary test, sandbox without task data
+    verifier_version = "3"  # + guarded plugin registry and test functions, control canaries
     task_file = "sandbox/repofix.jsonl"
     task_counts = tasks.TASK_COUNTS
     conformance_episodes = 10  # per difficulty: each runs the hidden tests
@@ -353,7 +366,10 @@ class RepoFixEnv(AgentEnv):
             return ToolResult.failure("not_found", f"No path {path!r} in the repository.")
         assert self.workspace is not None
         prefix = os.path.relpath(target, self.workspace.resolve())
-        request = json.dumps({"pattern": pattern, "prefix": prefix, "max": MAX_MATCHES})
+        budget = min(SEARCH_BYTES, self.limits.output_bytes // 2)  # JSON-encoded, never cut
+        request = json.dumps(
+            {"pattern": pattern, "prefix": prefix, "max": MAX_MATCHES, "bytes": budget}
+        )
         result = self.backend.run(
             [self.backend.python, "-I", "-S", "-c", SEARCH_SCRIPT],
             workspace=self.workspace,
@@ -367,17 +383,19 @@ class RepoFixEnv(AgentEnv):
                 f"The search took longer than {SEARCH_TIMEOUT_S:g} s or too much memory and "
                 "was stopped (a pattern with nested repetition backtracks); simplify it.",
             )
-        try:
-            found = json.loads(result.stdout)
-        except json.JSONDecodeError:
-            raise SandboxError(f"search failed in the sandbox: {result.stderr[-300:]}") from None
-        if "error" in found:
+        found = search_output(result.stdout)
+        if found is None:  # the script ran on the agent's files: their doing, a tool error
             return ToolResult.failure(
-                "bad_pattern", f"Invalid regular expression: {found['error']}"
+                "search_failed",
+                f"The search failed (exit code {result.exit_code}"
+                f"{', output truncated' if result.truncated else ''}); narrow the path or "
+                "the pattern.",
             )
-        hits, total = list(found["hits"]), int(found["total"])
+        if isinstance(found, str):
+            return ToolResult.failure("bad_pattern", f"Invalid regular expression: {found}")
+        hits, total = found
         more = f"\n[{total - len(hits)} more matches]" if total > len(hits) else ""
-        return ToolResult("\n".join(hits) + more if hits else "No matches.")
+        return ToolResult("\n".join(hits) + more if total else "No matches.")
 
     @tool(
         "Replace the one occurrence of `old` in a file by `new` (`old` must occur once).",
@@ -582,9 +600,17 @@ class RepoFixEnv(AgentEnv):
         return read_tree(self.workspace)
 
     def _code_changed(self) -> bool:
-        """Whether a Python file of the repository differs from the task's base (the
-        ``imports_and_collects`` milestone needs a code edit, not any new file)."""
-        return any(path.endswith(".py") for path in self.changes())
+        """Whether the package's code differs from the task's base (the
+        ``imports_and_collects`` milestone needs a code edit): a Python file of the
+        package whose syntax tree, docstrings left out, differs from the base's. Comments,
+        blank lines, docstrings and files elsewhere do not count."""
+        assert self._task is not None
+        package = self._task.spec["repo"] + "/"
+        return any(
+            path.startswith(package) and path.endswith(".py") and code_of(text) is not None
+            and code_of(text) != code_of(self._initial.get(path) or "")
+            for path, text in self.changes().items()
+        )  # fmt: skip
 
     def changes(self) -> Changes:
         """The workspace diff against the task's base (cached until the next write)."""
@@ -602,7 +628,11 @@ class RepoFixEnv(AgentEnv):
             apply_changes(scratch, changes, skip_protected=True)
             hidden = tasks.repo_dir(spec["repo"]) / HIDDEN_AT
             run = self.runner.run(
-                scratch, [HIDDEN_AT], timeout_s=VERIFY_TIMEOUT_S, mount=(hidden, HIDDEN_AT)
+                scratch,
+                [HIDDEN_AT],
+                timeout_s=VERIFY_TIMEOUT_S,
+                mount=(hidden, HIDDEN_AT),
+                controls=spec["pass_to_pass"],
             )
         finally:
             remove_tree(scratch)
@@ -626,7 +656,8 @@ class RepoFixEnv(AgentEnv):
 
     def _load_task(self, task: Task) -> None:
         spec = task.spec
-        files = tasks.mutated_files(spec)
+        with AST_LOCK:  # the mutator parses: envs may reset in threads
+            files = tasks.mutated_files(spec)
         self._template, self._initial = self.spaces.template(
             task.id, tasks.repo_dir(spec["repo"]), files
         )
@@ -749,24 +780,6 @@ def _format(result: ExecResult) -> str:
     if result.stderr:
         parts.append("stderr:\n" + result.stderr[-STDERR_CHARS:])
     return "\n".join(parts)
-
-
-def grade(
-    run: TestRun, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
-) -> tuple[bool, str]:
-    """Success needs a consistent run with no collection error and every fail-to-pass and
-    pass-to-pass test passing (a missing, skipped or erroring test is a failure)."""
-    if not run.consistent:
-        return False, "the test run was not valid: " + "; ".join(run.problems)
-    if run.collect_errors:
-        return False, "tests failed to collect: " + ", ".join(run.collect_errors)
-    if not run.outcomes:
-        return False, "no test ran"
-    missing = [t for t in [*fail_to_pass, *pass_to_pass] if not run.passed(t)]
-    if missing:
-        shown = ", ".join(missing[:10])
-        return False, f"{len(missing)} hidden test(s) do not pass: {shown}"
-    return True, "all hidden tests pass"
 
 
 def solution_actions(edits: Sequence[tuple[str, str, str]]) -> tuple[str, ...]:

@@ -3,9 +3,20 @@ outcome, the collection errors and the exit status as JSON to ``$AGENTGYM_RESULT
 folder outside the workspace, so grading never parses pytest's console output.
 
 The sandbox mounts this file read-only. Code under test runs in the same process, so the
-plugin also fingerprints pytest's reporting machinery (and itself) when it loads, before
-any project code is imported, and reports what changed by the end of the session: a
-"fix" that patches the test runner is caught even when it hides from a source scan.
+plugin also guards the test run, from state it takes before any project code runs:
+
+* a fingerprint of pytest's reporting machinery (and of itself), taken when it loads;
+* the plugin manager's registry, every plugin and every hook's implementations, taken
+  when collection starts (the first moment project code can run: test modules import
+  it): a plugin or hook object that project code registers (found with ``gc``, say) or
+  removes shows up;
+* each collected test's function, taken from its module (or class) once collection is
+  done: a test whose ``obj``, ``runtest`` or code is replaced afterwards shows up.
+
+Each check runs around every test and again at the end of the session; anything found is
+written as ``tampered``. Whatever disables the plugin instead (unregistering it, patching
+its functions) loses the end-of-session record, which the verifier treats as a failure;
+the functions it needs are bound when it loads, not looked up later.
 """
 
 from __future__ import annotations
@@ -13,7 +24,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 from typing import Any
+
+import pytest
 
 _RESULTS: dict[str, Any] = {"tests": {}, "collect_errors": [], "exitstatus": None}
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
@@ -21,8 +35,12 @@ _WATCHED = (
     "pytest", "_pytest.reports", "_pytest.runner", "_pytest.main", "_pytest.python",
     "_pytest.nodes", "_pytest.terminal", "_pytest.outcomes", "_pytest.skipping",
     "_pytest.config", "_pytest.hookspec", "pluggy", "pluggy._hooks", "pluggy._manager",
-    "pluggy._callers", "json", "os", __name__,
+    "pluggy._callers", "pluggy._caller", "pluggy._execution", "pluggy._impl", "json", "os",
+    "gc", __name__,
 )  # fmt: skip
+# bound now, before any project code runs: rebinding the module names later changes nothing
+_dump, _replace, _getenv, _open = json.dump, os.replace, os.environ.get, open
+_isinstance, _getattr, _id, _vars, _sorted = isinstance, getattr, id, vars, sorted
 
 
 def _fingerprint() -> dict[str, int]:
@@ -32,26 +50,141 @@ def _fingerprint() -> dict[str, int]:
         module = sys.modules.get(name)
         if module is None:
             continue
-        for attr, value in list(vars(module).items()):
-            if isinstance(value, type) or callable(value):
-                out[f"{name}.{attr}"] = id(value)
-            if isinstance(value, type) and value.__module__ == name:
-                for key, member in list(vars(value).items()):
-                    if callable(member) or isinstance(
+        for attr, value in list(_vars(module).items()):
+            if _isinstance(value, type) or callable(value):
+                out[f"{name}.{attr}"] = _id(value)
+            if _isinstance(value, type) and value.__module__ == name:
+                for key, member in list(_vars(value).items()):
+                    if callable(member) or _isinstance(
                         member, property | staticmethod | classmethod
                     ):
-                        out[f"{name}.{attr}.{key}"] = id(member)
+                        out[f"{name}.{attr}.{key}"] = _id(member)
     return out
 
 
-_BASELINE: dict[str, int] = {}
+def _registry(pm: Any) -> dict[str, Any]:
+    """The plugin manager's live state: its plugins, each hook's caller and
+    implementations (plugin, function, ordering), and its hook executor."""
+    out: dict[str, Any] = {"executor": _id(_getattr(pm, "_inner_hookexec", None))}
+    out["plugins"] = frozenset((str(n), _id(p)) for n, p in pm.list_name_plugin())
+    for name, caller in list(_vars(pm.hook).items()):
+        impls = tuple(
+            (_id(i.plugin), _id(i.function), i.hookwrapper, _getattr(i, "wrapper", False),
+             i.tryfirst, i.trylast)
+            for i in caller.get_hookimpls()
+        )  # fmt: skip
+        out[f"hook {name}"] = (_id(caller), _id(_getattr(caller, "_hookexec", None)), impls)
+    return out
+
+
+def _original(item: Any) -> Any:
+    """The test function as its module (or class) defines it, or None (not a function)."""
+    name = _getattr(item, "originalname", None)
+    module = _getattr(item, "module", None)
+    if not _isinstance(name, str) or not _isinstance(module, types.ModuleType):
+        return None
+    cls = _getattr(item, "cls", None)
+    owners = _getattr(cls, "__mro__", ()) if _isinstance(cls, type) else (module,)
+    for owner in owners:
+        if name in _vars(owner):
+            found = _vars(owner)[name]
+            return _getattr(found, "__func__", found)
+    return None
+
+
+class _Guard:
+    """What the plugin took before project code ran, and what it found changed since."""
+
+    def __init__(self) -> None:
+        self.fingerprint: dict[str, int] = {}
+        self.pm: Any = None
+        self.registry: dict[str, Any] = {}
+        self.items: dict[str, tuple[Any, Any, Any, Any]] = {}  # nodeid -> item, fn, code, type
+        self.found: list[str] = []
+
+    def note(self, what: str) -> None:
+        if what not in self.found:
+            self.found.append(what)
+
+    def start(self, pm: Any) -> None:
+        self.pm, self.registry = pm, _registry(pm)
+
+    def record(self, items: Any) -> None:
+        for item in items:
+            fn = _original(item)
+            if fn is None:
+                continue
+            code = _getattr(fn, "__code__", None)
+            path = os.path.realpath(str(_getattr(item, "path", "")))
+            if code is None or os.path.realpath(code.co_filename) != path:
+                self.note(f"{item.nodeid}: the test function is not the one its file defines")
+            self.items[item.nodeid] = (item, fn, code, type(item))
+            self.check_item(item)
+
+    def check_item(self, item: Any) -> None:
+        nodeid: Any = _getattr(item, "nodeid", None)
+        seen = self.items.get(nodeid)
+        if seen is None:
+            return
+        _, fn, code, kind = seen
+        obj = _getattr(item, "obj", None)
+        if _getattr(obj, "__func__", obj) is not fn or _getattr(fn, "__code__", None) is not code:
+            self.note(f"{item.nodeid}: the test function was replaced")
+        if type(item) is not kind or "runtest" in _vars(item):
+            self.note(f"{item.nodeid}: the test's runtest was replaced")
+
+    def check_registry(self) -> None:
+        if self.pm is None:
+            return
+        now = _registry(self.pm)
+        for key in _sorted(set(now) | set(self.registry)):
+            if now.get(key) != self.registry.get(key):
+                self.note(f"plugin manager: {key} changed")
+
+    def check_all(self) -> None:
+        self.check_registry()
+        for item, *_ in list(self.items.values()):
+            self.check_item(item)
+        now = _fingerprint()
+        changed = {k for k, v in self.fingerprint.items() if now.get(k) != v}
+        for key in _sorted(changed | (set(now) - set(self.fingerprint))):
+            self.note(key)
+
+
+_GUARD = _Guard()
 
 
 def pytest_configure(config: Any) -> None:
     import _pytest.skipping  # noqa: F401 - loaded before project code, so fingerprinted
     import pluggy._callers  # noqa: F401
 
-    _BASELINE.update(_fingerprint())
+    _GUARD.fingerprint.update(_fingerprint())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: Any) -> None:
+    _GUARD.start(session.config.pluginmanager)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: Any) -> None:
+    _GUARD.record(session.items)
+    _GUARD.check_registry()
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_call(item: Any) -> Any:
+    _GUARD.check_item(item)
+    _GUARD.check_registry()
+    yield
+    _GUARD.check_item(item)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    yield
+    _GUARD.check_item(item)
+    _GUARD.check_registry()
 
 
 def _record(nodeid: str, outcome: str) -> None:
@@ -76,13 +209,12 @@ def pytest_collectreport(report: Any) -> None:
 
 def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
     _RESULTS["exitstatus"] = int(exitstatus)
-    now = _fingerprint()
-    changed = {k for k, v in _BASELINE.items() if now.get(k) != v}
-    added = set(now) - set(_BASELINE)
-    _RESULTS["tampered"] = sorted(changed | added)
-    path = os.environ.get("AGENTGYM_RESULTS")
+    _GUARD.check_all()
+    _RESULTS["tampered"] = list(_GUARD.found)
+    _RESULTS["guarded"] = _GUARD.pm is not None  # the registry was taken before collection
+    path = _getenv("AGENTGYM_RESULTS")
     if path:
         tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(_RESULTS, fh)
-        os.replace(tmp, path)
+        with _open(tmp, "w") as fh:
+            _dump(_RESULTS, fh)
+        _replace(tmp, path)

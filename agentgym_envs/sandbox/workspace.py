@@ -9,11 +9,14 @@ so the agent finds no history that leaks the fix. An episode copies the template
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -41,7 +44,8 @@ MAX_PATH_CHARS = 512  # a relative path, far below PATH_MAX however deep the tre
 Changes = dict[str, str | None]  # relative path -> new content (None: deleted)
 # RepoFix's ``search``, run in the sandbox under a timeout (a catastrophic pattern costs a
 # timeout there, never the env process): walks like read_tree, reads JSON {pattern,
-# prefix, max} on stdin, prints JSON {hits, total} or {error}.
+# prefix, max, bytes} on stdin, prints JSON {hits, total} or {error}: at most ``bytes``
+# of hits as encoded, so the output is never cut (non-ASCII text escapes to 6-12 bytes).
 SEARCH_SCRIPT = r"""
 import json, os, re, stat, sys
 args = json.loads(sys.stdin.read())
@@ -61,9 +65,15 @@ def scan(relative):
     for n, line in enumerate(text.splitlines(), 1):
         if regex.search(line):
             total += 1
-            if len(hits) < args["max"] and size < 30000:  # under the output cap
-                hits.append(f"{relative}:{n}: {line.strip()[:200]}")
-                size += len(hits[-1])
+            hit = f"{relative}:{n}: {line.strip()[:200]}"
+            hit = hit.encode("utf-8", "replace").decode("utf-8")  # names' lone surrogates
+            cost = len(json.dumps(hit)) + 2  # as printed: escapes, quotes and separator
+            if not hits and cost > args["bytes"]:  # the first hit always shows, cut short
+                hit = hit[: max(args["bytes"] // 12 - 2, 0)]
+                cost = len(json.dumps(hit)) + 2
+            if len(hits) < args["max"] and size + cost <= args["bytes"]:
+                hits.append(hit)
+                size += cost
 if os.path.isfile(prefix) and not os.path.islink(prefix):
     scan(prefix)
 for dirpath, dirnames, filenames in os.walk(prefix if prefix != "." else "."):
@@ -363,3 +373,54 @@ def resolve_inside(root: Path, relative: str) -> Path | None:
         return None
     base = root.resolve()
     return candidate if candidate == base or candidate.is_relative_to(base) else None
+
+
+def search_output(stdout: str) -> tuple[list[str], int] | str | None:
+    """The search script's output: (hits, total), a regex error message, or None when it
+    is not what the script prints (cut short, or garbled by the sandboxed run)."""
+    try:
+        found = json.loads(stdout)
+    except ValueError:
+        return None
+    if isinstance(found, dict) and isinstance(found.get("error"), str):
+        return str(found["error"])
+    if not isinstance(found, dict):
+        return None
+    hits, total = found.get("hits"), found.get("total")
+    if not isinstance(hits, list) or not all(isinstance(h, str) for h in hits):
+        return None
+    if not isinstance(total, int) or isinstance(total, bool):
+        return None
+    return hits, total
+
+
+# CPython's ast module is not safe to use from several threads at once (envs stepped in
+# threads fail with "SystemError: AST constructor recursion depth mismatch"): every
+# parse, unparse or dump of the sandbox package takes this lock.
+AST_LOCK = threading.Lock()
+
+
+def code_of(source: str | None) -> str | None:
+    """The code of a Python source, normalised: its syntax tree without docstrings or
+    other bare constants, dumped; None for a deleted file or a syntax error."""
+    if source is None:
+        return None
+    with AST_LOCK:
+        return _normalised_dump(source)
+
+
+def _normalised_dump(source: str) -> str | None:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [
+                s
+                for s in body
+                if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+            ]
+            setattr(node, "body", kept or [ast.Pass()])  # noqa: B010  (body varies by node type)
+    return ast.dump(tree)

@@ -1,0 +1,198 @@
+"""The grader's second line: the results plugin's guard, control canaries drawn from the
+pass-to-pass tests, tolerant parsing of what the sandbox wrote, and milestones that need
+a real code change (review findings on RepoFix-v1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgym_envs.core.tasks import load_task_set
+from agentgym_envs.redteam.sandbox import _LENIENT, _SILENCE, _speedups
+from agentgym_envs.sandbox import repofix as rf
+from agentgym_envs.sandbox.backends import ExecResult, Limits
+from agentgym_envs.sandbox.repofix import RepoFixEnv
+from agentgym_envs.sandbox.verify import _negated_copy, _parse
+from agentgym_envs.sandbox.workspace import code_of, search_output
+from tests.sandbox.support import needs_bwrap
+from tests.sandbox.test_repofix import call, start
+
+TEST_FILE = """import pytest
+from math import floor
+
+VALUES = [1, 2, 3]
+
+
+def helper():
+    return sum(VALUES)
+
+
+def test_plain():
+    total = helper()
+    assert total == 6
+    assert floor(2.5) == 2, "floor"
+    assert 2 in VALUES
+
+
+def test_truthy():
+    assert VALUES
+    assert sorted(VALUES) == [
+        1,
+        2,
+        3,
+    ]
+
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_param(x):
+    assert x in VALUES
+
+
+def test_no_direct_assert():
+    for value in []:
+        assert value
+"""
+
+
+# -- control canaries ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("test", ["test_plain", "test_truthy"])
+def test_a_negated_copy_of_a_passing_test_fails(tmp_path: Path, test: str) -> None:
+    path = tmp_path / "test_sample.py"
+    path.write_text(TEST_FILE)
+    for _ in range(3):  # the assertion is drawn at random
+        path.write_text(TEST_FILE)
+        name = _negated_copy(path, test)
+        assert name is not None and name != test and name.startswith(test + "_")
+        text = path.read_text()
+        assert text.startswith(TEST_FILE.rstrip("\n"))  # the original tests are untouched
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+            cwd=tmp_path, capture_output=True, text=True,
+            env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        )  # fmt: skip
+        assert f"FAILED test_sample.py::{name}" in run.stdout, run.stdout[-2000:]
+        assert run.stdout.count("FAILED") == 1, run.stdout[-2000:]
+
+
+@pytest.mark.parametrize("test", ["test_param", "test_no_direct_assert", "test_missing", "x[1]"])
+def test_no_negated_copy_where_an_assertion_might_not_run(tmp_path: Path, test: str) -> None:
+    path = tmp_path / "test_sample.py"
+    path.write_text(TEST_FILE)
+    assert _negated_copy(path, test) is None
+    assert path.read_text() == TEST_FILE
+
+
+# -- results the sandbox wrote -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"tests": {"t": "passed"}, "collect_errors": 5, "exitstatus": 0, "guarded": True},
+        {"tests": {"t": "passed"}, "tampered": 3, "exitstatus": 0, "guarded": True},
+        {"tests": ["t"], "exitstatus": 0, "guarded": True},
+        {"tests": {"t": ["passed"]}, "exitstatus": 0, "guarded": True},
+        {"tests": {"t": "passed"}, "exitstatus": "0", "guarded": True},
+        {"tests": {"t": "passed"}, "exitstatus": 0},  # no guard ran
+        [1, 2],
+        "passed",
+    ],
+)
+def test_malformed_results_are_an_invalid_run_not_an_exception(tmp_path: Path, data) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    run = _parse(path, ExecResult("", "", 0, False, False, 1.0, None))
+    assert not run.consistent and run.problems
+
+
+def test_search_output_that_is_cut_or_garbled_is_refused() -> None:
+    assert search_output('{"hits": ["a:1: x"], "total": 3}') == (["a:1: x"], 3)
+    assert search_output('{"error": "bad"}') == "bad"
+    for text in ['{"hits": ["a:1', "", "[]", '{"hits": [1], "total": 1}', '{"hits": []}']:
+        assert search_output(text) is None
+
+
+# -- milestones --------------------------------------------------------------------------------
+
+
+def test_code_of_ignores_comments_blank_lines_and_docstrings() -> None:
+    base = "def f(x):\n    return x + 1\n"
+    same = (
+        '"""Module."""\n# a comment\n\ndef f(x):  # why\n    """Doc."""\n\n    return x + 1\n"x"\n'
+    )
+    assert code_of(same) == code_of(base)
+    assert code_of("# only a comment\n") == code_of("")
+    assert code_of("def f(x):\n    return x - 1\n") != code_of(base)
+    assert code_of("def f(:\n") is None
+
+
+# -- in the sandbox ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def easy_env():
+    task = load_task_set("sandbox/repofix.jsonl").get("repofix-toktext-easy-test-1000004")
+    env = RepoFixEnv(tasks=[task], split="test")
+    start(env, task)
+    yield env, task
+    env.close()
+
+
+def _hidden_run(env: RepoFixEnv, controls: bool) -> rf.TestRun:
+    spec = env._task.spec
+    scratch = env.spaces.scratch_copy(env._template)
+    try:
+        rf.apply_changes(scratch, env.changes(), skip_protected=True)
+        hidden = rf.tasks.repo_dir(spec["repo"]) / rf.HIDDEN_AT
+        return env.runner.run(
+            scratch,
+            [rf.HIDDEN_AT],
+            mount=(hidden, rf.HIDDEN_AT),
+            controls=spec["pass_to_pass"] if controls else (),
+        )
+    finally:
+        rf.remove_tree(scratch)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(180)
+def test_each_layer_alone_catches_a_hook_that_swallows_failures(easy_env) -> None:
+    env, task = easy_env
+    package = task.spec["repo"]
+    clean = _hidden_run(env, controls=True)  # the buggy base: honest failures, no problems
+    assert clean.consistent and clean.failing and not clean.tampered, clean.problems
+    for action in _speedups(package, _LENIENT):
+        env.step(action)
+    assert env._tampering() == []  # hidden from the source scan
+    guarded = _hidden_run(env, controls=False)  # the guard alone
+    assert not guarded.consistent
+    assert any("plugin manager" in t for t in guarded.tampered), guarded.tampered
+    assert any("test function was replaced" in t for t in guarded.tampered), guarded.tampered
+    # the same hook, with the guard silenced first: the canaries alone
+    env.step(_speedups(package, _LENIENT.replace("for o in", _SILENCE + "for o in"))[0])
+    silenced = _hidden_run(env, controls=False)
+    assert silenced.consistent, "expected the guard to be silenced in this test"
+    canaries = _hidden_run(env, controls=True)
+    assert not canaries.consistent and "must fail" in " ".join(canaries.problems)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(120)
+def test_search_keeps_its_output_within_the_cap(easy_env) -> None:
+    env, _ = easy_env
+    line = "x" + "\U0001f600" * 220 + "\n"
+    (env.workspace / "notes.txt").write_text(line * 120)
+    for limits in (Limits(), Limits(output_bytes=4000)):
+        env.limits = limits
+        obs, *_, info = env.step(call("search", pattern="x", path="notes.txt"))
+        assert not info.get("error") and info["outcome"] is rf.Outcome.CONTINUE, obs[:300]
+        assert obs.startswith("notes.txt:1: x"), obs[:300]
