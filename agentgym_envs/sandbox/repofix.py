@@ -229,7 +229,7 @@ class RepoFixEnv(AgentEnv):
         fail-to-pass and pass-to-pass test passing in a consistent run (results file
         present and agreeing with the exit code, no collection error, no skips, the
         plugin's guard saw no plugin, hook or test function change, and every canary,
-        including negated copies of pass-to-pass tests, failed) and a diff that does not
+        including changed copies of the hidden tests, failed) and a diff that does not
         tamper with the test runner. Otherwise the episode fails;
         with ``guidance=True`` it goes on and the agent sees the failing tests and a
         hint. The step budget triggers the same verification (success or timeout). A
@@ -241,7 +241,7 @@ class RepoFixEnv(AgentEnv):
     name = "RepoFix"
     family = "sandbox"
     version = "1"
-    verifier_version = "3"  # + guarded plugin registry and test functions, control canaries
+    verifier_version = "4"  # + plugin guard, canaries copied from every hidden test
     task_file = "sandbox/repofix.jsonl"
     task_counts = tasks.TASK_COUNTS
     conformance_episodes = 10  # per difficulty: each runs the hidden tests
@@ -632,7 +632,7 @@ class RepoFixEnv(AgentEnv):
                 [HIDDEN_AT],
                 timeout_s=VERIFY_TIMEOUT_S,
                 mount=(hidden, HIDDEN_AT),
-                controls=spec["pass_to_pass"],
+                controls=[*spec["fail_to_pass"], *spec["pass_to_pass"]],
             )
         finally:
             remove_tree(scratch)

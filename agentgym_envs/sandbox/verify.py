@@ -15,14 +15,17 @@ can be trusted to stay intact, so grading rests on what the code cannot reach:
 2. The verdict is taken by this process, which the workspace code never runs in, from
    the results file *and* the process's exit status, which must agree.
 3. Canaries: every run of the hidden tests gets more tests, written by this process with
-   fresh random names, placed and shaped like their neighbours, that must fail: one
-   that asserts constants, and copies of pass-to-pass tests (``controls``), which call
-   the code under test, with one assertion negated, so they fail on correct and on
-   buggy code alike. Whatever makes tests report "passed" without the code being right
+   fresh random names, placed and shaped like their neighbours, that must fail on correct
+   code: one that asserts constants, and copies of the hidden tests (``controls``), which
+   call the code under test: one per ``x == <literal>`` assertion with the literal
+   changed to another value of its type, or, for a test without one, a copy with one
+   assertion negated. Whatever makes tests report "passed" without the code being right
    (patched pytest internals, rewritten assertions, a replaced plugin, a hook object
    registered into pytest that swallows the failures of tests calling the package,
-   ``os._exit(0)``, rewriting the results file in an ``atexit`` handler) makes a
-   canary pass, or go missing, too, and the run is rejected.
+   results that claim to equal anything, ``os._exit(0)``, rewriting the results file in
+   an ``atexit`` handler) makes a canary pass, or go missing, too, and the run is
+   rejected. (A copy of a fail-to-pass test may pass on the buggy code; that only
+   rejects a run that fails anyway.)
 4. The plugin's guard (its module docstring: a fingerprint of pytest's machinery, the
    plugin manager's registry taken before collection, each test's function) is one
    more, weaker check; a run it did not see through to the end has no results.
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import random
 import secrets
 import shutil
@@ -106,8 +110,8 @@ class TestRunner:
         ``mount`` = (host folder, path relative to ``workdir``) adds a folder the run can
         read but not change (the hidden tests): mounted read-only by isolating backends,
         copied in by the local one. Such a run also gets the canaries (module docstring),
-        some of them copies of ``controls``: node ids of mounted tests that pass on the
-        correct code and the buggy code alike.
+        most of them copies of ``controls``: node ids of mounted tests that pass on the
+        correct code.
         """
         self._runs += 1
         results = self.dir / f"results{self._runs}"
@@ -159,7 +163,7 @@ class TestRunner:
         imported, and compiled by whatever import machinery that code left behind), takes
         that file's imports and a test name like its tests, and fails by a plain
         ``assert``. The control canaries are appended to their tests' own files
-        (:func:`_negated_copy`).
+        (:func:`_control_copies`).
         """
         copy = self.dir / f"tests{self._runs}"
         shutil.copytree(mount[0], copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -186,24 +190,16 @@ def _write_canaries(copy: Path, prefix: str, controls: Sequence[str]) -> list[st
     body = f"\n\ndef {name}():\n    assert {left} == {right}\n"
     (copy / f"{file}.py").write_text(imports + body)
     canaries = [f"{prefix}/{file}.py::{name}"]
-    pool = list(controls)
-    _RANDOM.shuffle(pool)
-    used: set[str] = set()
-    for control in pool:
-        if len(canaries) > CONTROL_CANARIES:
-            break
+    for control in controls:
         relative, _, test = control.partition("::")
-        if not relative.startswith(prefix + "/") or relative in used:
-            continue  # one per file, spread over the files
+        if not relative.startswith(prefix + "/"):
+            continue
         target = copy / relative[len(prefix) + 1 :]
-        made = _negated_copy(target, test) if target.is_file() else None
-        if made is not None:
-            used.add(relative)
-            canaries.append(f"{relative}::{made}")
+        if target.is_file():
+            canaries += [f"{relative}::{made}" for made in _control_copies(target, test)]
     return canaries
 
 
-CONTROL_CANARIES = 2  # copies of pass-to-pass tests per run, besides the constant canary
 _SUFFIXES = ("edge", "more", "cases", "extra", "again", "regression")
 _RANDOM = random.SystemRandom()
 # ``not (a == b)`` read as its neighbours would write it; ``not in``/``is not`` are the
@@ -212,19 +208,22 @@ _NEGATED = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: 
             ast.Is: ast.IsNot, ast.IsNot: ast.Is}  # fmt: skip
 
 
-def _negated_copy(path: Path, test: str) -> str | None:
-    """Append to ``path`` a copy of its test function ``test`` under a new name, with one
-    assertion negated: a test that passes on correct and buggy code makes a copy that
-    fails on both. Returns the copy's name, or None when ``test`` is no plain function
-    (parametrized, decorated, in a class) or has no assertion that surely runs (a
-    statement of the function's own body, before any ``return``)."""
+def _control_copies(path: Path, test: str) -> list[str]:
+    """Append to ``path`` must-fail copies of its test function ``test`` under new names;
+    returns their names. Each assertion ``x == <literal>`` that surely runs (a statement
+    of the function's own body, before any ``return``) gives a copy expecting another
+    value of the same type: correct code fails it, and so does an object that claims to
+    equal anything. A test without one gives a copy with one assertion negated, which a
+    hook that swallows failures makes pass. Copies of tests that fail on the buggy code
+    may pass there, which only rejects a run that fails anyway. Parametrized, decorated
+    or class tests give none."""
     if not test.isidentifier():
-        return None
+        return []
     text = path.read_text()
     tree = ast.parse(text)
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == test]
     if len(funcs) != 1 or funcs[0].decorator_list:
-        return None
+        return []
     func = funcs[0]
     asserts = []
     for statement in func.body:
@@ -232,35 +231,86 @@ def _negated_copy(path: Path, test: str) -> str | None:
             break
         if isinstance(statement, ast.Assert):
             asserts.append(statement)
-    if not asserts:
-        return None
-    target = asserts[_RANDOM.randrange(len(asserts))]
-    check = target.test
-    if isinstance(check, ast.Compare) and len(check.ops) == 1 and type(check.ops[0]) in _NEGATED:
-        negated: ast.expr = ast.Compare(
-            check.left, [_NEGATED[type(check.ops[0])]()], check.comparators
-        )
-    else:
-        negated = ast.UnaryOp(ast.Not(), check)
+    changed = [(a, e) for a in asserts if (e := _perturbed(a.test)) is not None]
+    if not changed and asserts:
+        target = _RANDOM.choice(asserts)
+        changed = [(target, _negated(target.test))]
     taken = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    name = f"{test}_{_RANDOM.choice(_SUFFIXES)}"
-    while name in taken:
-        name += str(_RANDOM.randrange(10))
     lines = text.splitlines()
-    assert func.end_lineno is not None and target.end_lineno is not None
-    head = lines[func.lineno - 1 : target.lineno - 1]
-    head[0] = head[0].replace(f"def {test}(", f"def {name}(", 1)
-    indent = " " * target.col_offset
-    message = f", {ast.unparse(target.msg)}" if target.msg is not None else ""
-    body = [*head, f"{indent}assert {ast.unparse(negated)}{message}"]
-    body += lines[target.end_lineno : func.end_lineno]
-    copy = text.rstrip("\n") + "\n\n\n" + "\n".join(body) + "\n"
+    bodies, names = [], []
+    for target, check in changed:
+        name = f"{test}_{_RANDOM.choice(_SUFFIXES)}"
+        while name in taken:
+            name += str(_RANDOM.randrange(10))
+        taken.add(name)
+        assert func.end_lineno is not None and target.end_lineno is not None
+        head = lines[func.lineno - 1 : target.lineno - 1]
+        head[0] = head[0].replace(f"def {test}(", f"def {name}(", 1)
+        indent = " " * target.col_offset
+        message = f", {ast.unparse(target.msg)}" if target.msg is not None else ""
+        body = [*head, f"{indent}assert {ast.unparse(check)}{message}"]
+        bodies.append("\n".join(body + lines[target.end_lineno : func.end_lineno]))
+        names.append(name)
+    if not bodies:
+        return []
+    copy = text.rstrip("\n") + "\n\n\n" + "\n\n\n".join(bodies) + "\n"
     try:
         ast.parse(copy)
     except SyntaxError:
-        return None
+        return []
     path.write_text(copy)
-    return name
+    return names
+
+
+def _negated(check: ast.expr) -> ast.expr:
+    """The assertion's test negated as its neighbours would write it."""
+    if isinstance(check, ast.Compare) and len(check.ops) == 1 and type(check.ops[0]) in _NEGATED:
+        return ast.Compare(check.left, [_NEGATED[type(check.ops[0])]()], check.comparators)
+    return ast.UnaryOp(ast.Not(), check)
+
+
+def _perturbed(check: ast.expr) -> ast.expr | None:
+    """``left == <literal>`` (either side) with the literal replaced by a different value
+    of the same type, or None when the assertion is no such comparison."""
+    if not (isinstance(check, ast.Compare) and len(check.ops) == 1):
+        return None
+    if not isinstance(check.ops[0], ast.Eq):
+        return None
+    left, right = check.left, check.comparators[0]
+    for side, other in ((right, left), (left, right)):
+        try:
+            value = ast.literal_eval(side)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        changed = _other_value(value)
+        if changed is None:
+            continue
+        literal = ast.parse(repr(changed), mode="eval").body
+        pair = (other, literal) if side is right else (literal, other)
+        return ast.Compare(pair[0], [ast.Eq()], [pair[1]])
+    return None
+
+
+def _other_value(value: Any) -> Any:
+    """A value of ``value``'s type that is not equal to it (None if there is none)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):  # a finite value that is surely different (no NaN, inf)
+        changed = value + 1.0 if abs(value) < 2**52 else value / 2
+        return changed if math.isfinite(changed) and changed != value else None
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, bytes):
+        return value + b"x"
+    if isinstance(value, list):
+        return value[:-1] if value else [0]
+    if isinstance(value, tuple):
+        return value[:-1] if value else (0,)
+    if isinstance(value, dict):
+        return dict(list(value.items())[:-1]) if value else {0: 0}
+    return None
 
 
 _MAX_RESULTS_BYTES = 8 * 2**20

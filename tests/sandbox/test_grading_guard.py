@@ -17,7 +17,7 @@ from agentgym_envs.redteam.sandbox import _LENIENT, _SILENCE, _speedups
 from agentgym_envs.sandbox import repofix as rf
 from agentgym_envs.sandbox.backends import ExecResult, Limits
 from agentgym_envs.sandbox.repofix import RepoFixEnv
-from agentgym_envs.sandbox.verify import _negated_copy, _parse
+from agentgym_envs.sandbox.verify import _control_copies, _parse
 from agentgym_envs.sandbox.workspace import code_of, search_output
 from tests.sandbox.support import needs_bwrap
 from tests.sandbox.test_repofix import call, start
@@ -56,36 +56,68 @@ def test_param(x):
 def test_no_direct_assert():
     for value in []:
         assert value
+
+
+def test_negated():
+    assert helper() > 5
 """
+ALWAYS_EQUAL = """class _Liar(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+def helper():
+    return _Liar(sum(VALUES))"""
 
 
 # -- control canaries ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("test", ["test_plain", "test_truthy"])
-def test_a_negated_copy_of_a_passing_test_fails(tmp_path: Path, test: str) -> None:
+def _pytest(path: Path) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+        cwd=path.parent, capture_output=True, text=True,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    ).stdout  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("test", "copies"), [("test_plain", 2), ("test_truthy", 1), ("test_negated", 1)]
+)
+def test_control_copies_of_a_passing_test_fail(tmp_path: Path, test: str, copies: int) -> None:
+    # one copy per `== literal` assertion (the literal changed), else one negated copy
     path = tmp_path / "test_sample.py"
     path.write_text(TEST_FILE)
-    for _ in range(3):  # the assertion is drawn at random
-        path.write_text(TEST_FILE)
-        name = _negated_copy(path, test)
-        assert name is not None and name != test and name.startswith(test + "_")
-        text = path.read_text()
-        assert text.startswith(TEST_FILE.rstrip("\n"))  # the original tests are untouched
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
-            cwd=tmp_path, capture_output=True, text=True,
-            env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-        )  # fmt: skip
-        assert f"FAILED test_sample.py::{name}" in run.stdout, run.stdout[-2000:]
-        assert run.stdout.count("FAILED") == 1, run.stdout[-2000:]
+    names = _control_copies(path, test)
+    assert len(names) == copies and all(n.startswith(test + "_") for n in names)
+    assert path.read_text().startswith(TEST_FILE.rstrip("\n"))  # the originals are untouched
+    out = _pytest(path)
+    for name in names:
+        assert f"FAILED test_sample.py::{name}" in out, out[-2000:]
+    assert out.count("FAILED") == copies, out[-2000:]
+
+
+def test_copies_catch_a_value_that_claims_to_equal_anything(tmp_path: Path) -> None:
+    # A helper returning an object equal to anything: its changed-literal copy passes,
+    # which is exactly what makes the grader reject the run (a canary must fail).
+    path = tmp_path / "test_sample.py"
+    path.write_text(TEST_FILE.replace("def helper():\n    return sum(VALUES)", ALWAYS_EQUAL))
+    names = _control_copies(path, "test_plain")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(path)],
+        cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    ).stdout  # fmt: skip
+    assert any(f"PASSED test_sample.py::{name}" in out for name in names), out[-2000:]
 
 
 @pytest.mark.parametrize("test", ["test_param", "test_no_direct_assert", "test_missing", "x[1]"])
-def test_no_negated_copy_where_an_assertion_might_not_run(tmp_path: Path, test: str) -> None:
+def test_no_control_copy_where_an_assertion_might_not_run(tmp_path: Path, test: str) -> None:
     path = tmp_path / "test_sample.py"
     path.write_text(TEST_FILE)
-    assert _negated_copy(path, test) is None
+    assert _control_copies(path, test) == []
     assert path.read_text() == TEST_FILE
 
 
