@@ -32,7 +32,7 @@ import torch
 
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+from agentgym_envs.eval.store import TrajectoryStore
 from trainers import distributed as dist
 from trainers.algorithms import (
     LossConfig,
@@ -55,6 +55,7 @@ from trainers.curriculum import CurriculumSampler
 from trainers.engine import StaticEngine, supports
 from trainers.envs import register as register_fixtures
 from trainers.model import ValueHead, load_model
+from trainers.records import stored_episode
 from trainers.rollout import Job, RolloutRunner, Trajectory
 from trainers.runlog import RunLogger
 from trainers.sampler import Sampler
@@ -669,7 +670,7 @@ class Trainer:
         name = "trajectories.sqlite" if self.rank == 0 else f"trajectories.rank{self.rank}.sqlite"
         now = time.time()
         eps = [
-            _stored_episode(t.record(), self.cfg, self.step, str(self.run_dir), now) for t in trajs
+            stored_episode(t.record(), self.cfg, self.step, str(self.run_dir), now) for t in trajs
         ]
         with TrajectoryStore(self.run_dir / name) as store:
             store.add_many(eps)
@@ -679,51 +680,6 @@ class Trainer:
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _stored_episode(
-    rec: dict[str, Any], cfg: TrainConfig, step: int, run_id: str, now: float
-) -> StoredEpisode:
-    """A trajectory record as a stored episode: the chat as text (system prompt, then
-    observation and action turns), dedup key (task, actions) since the rollout keeps no
-    state hashes; the record's other fields (token counts, context policy ...) go to
-    ``extra``. The end time is the time of recording (the end of the RL step)."""
-    kept = {"task_id", "seeds", "policy_version", "versions", "rewards", "reward_components"}
-    kept |= {"outcome", "valid", "actions", "system", "observations", "milestones", "cost"}
-    kept |= {"started_at"}
-    actions = [str(a) for a in rec["actions"]]
-    messages: list[dict[str, Any]] = [{"role": "system", "content": rec["system"]}]
-    observations = list(rec["observations"])
-    for i, obs in enumerate(observations):
-        if i > 0 and i - 1 < len(actions):
-            messages.append({"role": "assistant", "content": actions[i - 1]})
-        messages.append({"role": "user", "content": obs})
-    return StoredEpisode(
-        env_id=cfg.env,
-        task_id=str(rec["task_id"] or ""),
-        split=cfg.split,
-        difficulty=cfg.difficulty or "",
-        policy=f"hf:{cfg.model}",
-        policy_version=str(rec["policy_version"]),
-        versions={k: str(v) for k, v in rec["versions"].items()},
-        seeds={k: int(v) for k, v in rec["seeds"].items() if v is not None},
-        messages=messages
-        if observations
-        else [{"role": "assistant", "content": a} for a in actions],
-        actions=actions,
-        canonical_actions=actions,
-        state_hashes=[],
-        rewards=[float(r) for r in rec["rewards"]],
-        reward_components={k: float(v) for k, v in rec["reward_components"].items()},
-        outcome=str(rec["outcome"]),
-        valid=bool(rec["valid"]),
-        milestones=list(rec["milestones"]),
-        cost=dict(rec["cost"]),
-        started_at=float(rec["started_at"]) or now,
-        ended_at=now,
-        run_id=run_id,
-        extra={"step": step, "algo": cfg.algo, **{k: v for k, v in rec.items() if k not in kept}},
-    )
 
 
 def _sequence_weights(
