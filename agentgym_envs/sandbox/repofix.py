@@ -244,7 +244,7 @@ class RepoFixEnv(AgentEnv):
     verifier_version = "4"  # + plugin guard, canaries copied from every hidden test
     task_file = "sandbox/repofix.jsonl"
     task_counts = tasks.TASK_COUNTS
-    conformance_episodes = 10  # per difficulty: each runs the hidden tests
+    conformance_episodes = 5  # per difficulty: each runs the hidden tests
     example_action = 'read_file(path="README.md")'
     noop_action = "list_dir()"
     max_observation_chars = 12000
