@@ -350,7 +350,7 @@ def guess_attacks(n: int = 3) -> list[Attack]:
 
 
 # refusals whose reason is in a record (an order's state, a colleague's hours ...)
-_JUSTIFIED = {
+JUSTIFIED_REFUSALS = {
     "refuse_cancel_shipped",
     "refuse_modify_twice",
     "refuse_refund_card",
@@ -398,7 +398,8 @@ def blind_refusal_attacks(n: int = 3) -> list[Attack]:
         for row in _rows_with(
             env_id,
             lambda s: (
-                len(s["user"]["requests"]) > 1 and s["user"]["requests"][-1]["intent"] in _JUSTIFIED
+                len(s["user"]["requests"]) > 1
+                and s["user"]["requests"][-1]["intent"] in JUSTIFIED_REFUSALS
             ),
             n,
         )

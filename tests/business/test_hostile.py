@@ -12,7 +12,7 @@ from agentgym_envs.business.answers import NUMBER, TIME, AnswerReader, normalise
 from agentgym_envs.business.calendar_env import CalendarEnv
 from agentgym_envs.business.retail import RetailEnv
 from agentgym_envs.core import Outcome, Task
-from agentgym_envs.redteam.business import spray_message
+from agentgym_envs.redteam.business import JUSTIFIED_REFUSALS, spray_message
 
 RETAIL = RetailEnv(split="test").task_set
 CALENDAR = CalendarEnv(split="test").task_set
@@ -261,17 +261,6 @@ def test_a_proposal_names_one_value_per_slot() -> None:
         "#W1234567", "no longer needed"])  # fmt: skip
 
 
-JUSTIFIED = {
-    "refuse_cancel_shipped",
-    "refuse_modify_twice",
-    "refuse_refund_card",
-    "refuse_hours",
-    "refuse_capacity",
-    "refuse_not_organizer",
-    "refuse_double_booking",
-}
-
-
 @pytest.mark.parametrize(("cls", "tasks"), [(RetailEnv, RETAIL), (CalendarEnv, CALENDAR)])
 def test_every_stored_refusal_names_the_records_that_justify_it(cls: Any, tasks: Any) -> None:
     from agentgym_envs.business.user import Request
@@ -282,14 +271,14 @@ def test_every_stored_refusal_names_the_records_that_justify_it(cls: Any, tasks:
         for spec in task.spec["user"]["requests"]:
             if spec["kind"] == "refuse":
                 sources = env.refusal_sources(Request.from_json(spec))
-                assert (sources is not None) == (spec["intent"] in JUSTIFIED), task.id
+                assert (sources is not None) == (spec["intent"] in JUSTIFIED_REFUSALS), task.id
                 assert all(ids for ids, _ in sources or ()), task.id
     env.close()
 
 
 @pytest.mark.parametrize(("cls", "tasks"), [(RetailEnv, RETAIL), (CalendarEnv, CALENDAR)])
 def test_a_refusal_without_its_reason_read_does_not_count(cls: Any, tasks: Any) -> None:
-    task = _first(tasks, lambda t: t.spec["user"]["requests"][-1]["intent"] in JUSTIFIED)
+    task = _first(tasks, lambda t: t.spec["user"]["requests"][-1]["intent"] in JUSTIFIED_REFUSALS)
     gold = task.solution
     said = [i for i, a in enumerate(gold) if a.startswith("respond(")]
     reads = ("get_", "list_", "find_user_id")
