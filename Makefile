@@ -49,8 +49,8 @@ demo: install
 	    --trials $(DEMO_TRIALS) --max-new-tokens 40 --out $(DEMO_OUT)
 
 lint: install
-	$(BIN)/ruff check agentgym_envs trainers tests
-	$(BIN)/ruff format --check agentgym_envs trainers tests
+	$(BIN)/ruff check agentgym_envs trainers tests examples
+	$(BIN)/ruff format --check agentgym_envs trainers tests examples
 	$(BIN)/mypy
 
 test: lint

@@ -11,27 +11,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
-from agentgym_envs.core.errors import AgentGymError
-from agentgym_envs.registration import ENVS, EnvEntry, find
-
-# a fixed width off a terminal, so CI logs keep whole table rows
-console = Console(width=None if sys.stdout.isatty() else 160)
+from agentgym_envs.console import console, progress_bar
+from agentgym_envs.core.errors import AgentGymError, ConfigError
+from agentgym_envs.registration import EnvEntry, all_entries, env_class, find, plugin_of
 
 
 def _entries(names: Sequence[str]) -> list[EnvEntry]:
     if not names or list(names) == ["all"]:
-        return list(ENVS)
+        return list(all_entries())  # built-in envs, then plugins'
     return [find(n) for n in names]
 
 
 def _env_class(entry: EnvEntry) -> Any:
-    from gymnasium.envs.registration import load_env_creator
-
-    return load_env_creator(entry.entry_point)
+    return env_class(entry)  # a broken plugin's class raises PluginError, naming it
 
 
 # -- list ------------------------------------------------------------------------------
@@ -41,9 +36,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     from agentgym_envs.core.tasks import load_task_set
 
     rows = []
-    for entry in ENVS:
-        cls = _env_class(entry)
-        tasks = load_task_set(cls.task_file)
+    for entry in all_entries():
+        try:
+            cls = _env_class(entry)
+            tasks = load_task_set(cls.task_file, cls.task_dir)
+        except AgentGymError as exc:
+            if plugin_of(entry) is None:
+                raise
+            from rich.console import Console  # a broken plugin must not hide the other envs
+
+            Console(stderr=True).print(f"[yellow]skipped {entry.id}:[/] {exc}")
+            continue
         counts = tasks.counts()
         rows.append(
             {
@@ -154,15 +157,15 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agentgym_envs.eval.metrics import summarize
-    from agentgym_envs.eval.runner import run_episodes
+    from agentgym_envs.eval.runner import run_episodes, run_summary
 
     results = []
     for entry in _entries(args.env):
+        _env_class(entry)  # a broken plugin: a PluginError naming it, not a traceback
         for policy in args.policy:
-            with _progress(args.json) as progress:
+            with progress_bar(args.json) as progress:
                 task = progress.add_task(f"{entry.name} / {policy}", total=args.episodes)
-                records = run_episodes(
+                episodes = run_episodes(
                     entry.id,
                     policy,
                     args.episodes,
@@ -172,14 +175,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                     batch=args.batch,
                     on_episode=lambda _r, t=task: progress.advance(t),
                 )
-            results.append((summarize(records), records))
+            results.append((run_summary(entry.id, policy, episodes), episodes))
     if args.json:
         payload = [
             {
-                "summary": s.to_json(),
-                "episodes": [r.to_json() for r in recs] if args.episodes_json else None,
+                "summary": s,
+                "episodes": [e.to_json() for e in eps] if args.episodes_json else None,
             }
-            for s, recs in results
+            for s, eps in results
         ]
         print(json.dumps(payload, indent=2))
         return 0
@@ -197,33 +200,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     ):
         table.add_column(col)
     for s, _ in results:
-        lo, hi = s.success_ci
-        stages = " ".join(f"{k}={v:.2f}" for k, v in s.stage_rates.items()) or "-"
+        lo, hi = s["success_ci"]
+        stages = " ".join(f"{k}={v:.2f}" for k, v in s["stage_rates"].items()) or "-"
+        per_success = s["cost_per_success"]
         table.add_row(
-            s.env_id.removeprefix("agentgym/"),
-            s.policy,
-            f"{s.success_rate:.2f} [{lo:.2f}, {hi:.2f}]",
+            s["env_id"].removeprefix("agentgym/"),
+            s["policy"],
+            f"{s['success_rate']:.2f} [{lo:.2f}, {hi:.2f}]",
             stages,
-            f"{s.mean_steps:.1f}",
-            f"{s.mean_return:+.3f}",
-            f"{s.mean_cost:.1f}",
-            "-" if s.cost_per_success is None else f"{s.cost_per_success:.1f}",
-            f"{s.safety_stop_rate:.2f}",
+            f"{s['mean_steps']:.1f}",
+            f"{s['mean_return']:+.3f}",
+            f"{s['mean_cost']:.1f}",
+            "-" if per_success is None else f"{per_success:.1f}",
+            f"{s['safety_stop_rate']:.2f}",
         )
     console.print(table)
     return 0
-
-
-def _progress(quiet: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        disable=quiet or not sys.stderr.isatty(),
-        transient=True,
-    )
 
 
 # -- check -----------------------------------------------------------------------------
@@ -237,6 +229,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         table.add_column(col)
     failed = 0
     for entry in _entries(args.env):
+        try:
+            _env_class(entry)
+        except AgentGymError as exc:  # a broken plugin: report it, check the other envs
+            table.add_row(entry.id, "import", "[red]FAIL[/]", str(exc))
+            failed += 1
+            continue
         for check in CHECKS:
             start = time.perf_counter()
             try:
@@ -266,6 +264,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sandbox: list[Any] = []
     web: list[Any] = []
     for entry in _entries(args.env):
+        _env_class(entry)  # a broken plugin: a PluginError naming it, not a traceback
         with console.status(f"benchmarking {entry.id}"):
             # the sandbox and browser families have figures of their own (the stored
             # solutions they would replay are not how their episodes run)
@@ -351,7 +350,7 @@ def _bench_eval(args: argparse.Namespace) -> int:
             f"{r.store_kib_per_episode:.1f}",
         )
     console.print(table)
-    from agentgym_envs.eval.store import bench_store
+    from agentgym_envs.eval.bench_store import bench_store
 
     with console.status("timing the trajectory store"):
         store = bench_store()
@@ -421,7 +420,6 @@ def _print_web_bench(r: Any) -> None:
 def cmd_tasks(args: argparse.Namespace) -> int:
     from agentgym_envs.core.tasks import SPLITS, build_task_set, write_task_set
 
-    root = Path(args.out)
     # each env class says how many tasks it ships (env.task_counts); --count overrides
     counts = dict.fromkeys(SPLITS, args.count) if args.count else None
     built = {e.entry_point: e for e in _entries(args.env)}  # variants share one task set
@@ -431,6 +429,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         with console.status(f"generating {cls.name} tasks"):
             tasks = build_task_set(cls, counts, workers=args.workers)
         header = {"generator": f"{cls.__name__}.generate_task", "env_version": cls.version}
+        # a plugin env keeps its tasks next to its code (cls.task_dir) unless --out says
+        root = Path(args.out or cls.task_dir or "tasks")
         n = write_task_set(root / cls.task_file, cls.name, header, tasks)
         console.print(
             f"{cls.name}: {n} validated tasks -> {root / cls.task_file} "
@@ -494,7 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = p.add_subparsers(dest="tasks_command", required=True)
     b = tsub.add_parser("build", help="regenerate and validate task files")
     b.add_argument("env", nargs="*", help="env ids or names (default: all)")
-    b.add_argument("--out", default="tasks", help="task directory (default: ./tasks)")
+    b.add_argument(
+        "--out",
+        help="task directory (default: ./tasks, or a plugin env's own task_dir)",
+    )
     b.add_argument(
         "--count", type=int, help="tasks per split and difficulty (default: the env's task_counts)"
     )
@@ -506,9 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.set_defaults(func=cmd_tasks)
 
-    from trainers.cli import add_parser as add_train_parser  # config and argparse only
-
-    add_train_parser(sub)
+    add_plugin_parsers(sub)
     # -- subcommands owned by their modules (each add_parser imports only argparse-light code)
     from agentgym_envs.policies.serve import add_parser as add_serve_parser
 
@@ -526,13 +527,73 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SUBCOMMAND_GROUP = "agentgym_envs.cli"
+"""Entry-point group of subcommands that other packages add to ``agentgym``: each entry is
+``name = "module:add_parser"``, where ``add_parser(sub)`` adds the subcommand ``name`` to
+the argparse subparsers ``sub``. The reference trainer adds ``train`` this way, so this
+package never imports it."""
+
+TRAIN_INSTALL = "pip install 'agentgym-envs[train]'"
+"""How to install the trainer's dependencies (from a checkout: ``pip install -e '.[train]'``)."""
+
+_EXPECTED = {"train": ("the reference trainer (trainers/)", TRAIN_INSTALL)}
+"""Subcommands this package documents but another package provides: what provides each,
+and how to install it."""
+
+
+def add_plugin_parsers(sub: Any) -> list[str]:
+    """Add the subcommands of the :data:`SUBCOMMAND_GROUP` entry points to ``sub``.
+
+    A subcommand whose entry point is missing or fails to import is still listed: running
+    it exits with an error that says how to install it.
+
+    Returns:
+        The names of the subcommands that loaded.
+    """
+    from importlib.metadata import entry_points
+
+    loaded: list[str] = []
+    problems = {name: f"{what} is not installed" for name, (what, _) in _EXPECTED.items()}
+    for point in sorted(entry_points(group=SUBCOMMAND_GROUP), key=lambda p: p.name):
+        try:
+            add_parser = point.load()
+        except ImportError as exc:
+            problems[point.name] = f"its module {point.value} failed to import ({exc})"
+            continue
+        add_parser(sub)
+        loaded.append(point.name)
+        problems.pop(point.name, None)
+    for name, reason in problems.items():
+        _add_unavailable(sub, name, reason)
+    return loaded
+
+
+def _add_unavailable(sub: Any, name: str, reason: str) -> None:
+    install = _EXPECTED[name][1] if name in _EXPECTED else "reinstall the package that adds it"
+    message = (
+        f"`agentgym {name}` is unavailable: {reason}. Expected a {SUBCOMMAND_GROUP!r} entry "
+        f"point named {name!r}; fix: {install} (from a source checkout: "
+        "pip install -e '.[train]', which also refreshes the entry points)"
+    )
+
+    def fail(args: argparse.Namespace) -> int:
+        raise ConfigError(message)
+
+    # any arguments are accepted (main lets them through), so the error is this one
+    p = sub.add_parser(name, help=f"(unavailable: {reason})", add_help=False)
+    p.set_defaults(func=fail, unavailable=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "unavailable", False):  # as parse_args does
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         code: int = args.func(args)
         return code
     except AgentGymError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")  # text, not markup
         return 2
     except KeyboardInterrupt:
         return 130

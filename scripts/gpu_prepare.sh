@@ -20,7 +20,7 @@ PART=$((32 * 1024 * 1024))
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exclude
 mkdir -p .gpu .whl
-gguf=$("$PY" -c 'from trainers.model import smollm2_gguf; print(smollm2_gguf())')
+gguf=$("$PY" -c 'from agentgym_envs.llm.models import smollm2_gguf; print(smollm2_gguf())')
 rm -f .gpu/gguf.part_*
 split -b "$PART" "$gguf" .gpu/gguf.part_
 (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") | awk '{print $1}' >.gpu/gguf.sha256

@@ -71,3 +71,35 @@ def test_play_in_a_real_terminal_session() -> None:
     ).stdout
     assert "Boxes on targets" in out and "error: parse_error" in out
     assert 'move(direction="' in out  # the hint
+
+
+def test_train_is_added_through_its_entry_point(capsys) -> None:
+    from importlib.metadata import entry_points
+
+    from agentgym_envs.cli import SUBCOMMAND_GROUP, build_parser
+
+    points = {p.name: p.value for p in entry_points(group=SUBCOMMAND_GROUP)}
+    assert points.get("train") == "trainers.cli:add_parser"
+    args = build_parser().parse_args(["train", "--model", "tiny", "--steps", "1"])
+    assert args.func.__module__ == "trainers.cli" and args.model == "tiny"
+
+
+def test_train_without_the_trainer_says_how_to_install_it(capsys, monkeypatch) -> None:
+    import importlib.metadata
+
+    from agentgym_envs.cli import TRAIN_INSTALL
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    assert main(["train", "--model", "tiny"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "agentgym train` is unavailable" in out and TRAIN_INSTALL in out
+
+
+def test_train_without_torch_says_how_to_install_it(capsys, monkeypatch) -> None:
+    from agentgym_envs.cli import TRAIN_INSTALL
+
+    # an import of a module set to None in sys.modules fails as if it were not installed
+    monkeypatch.setitem(sys.modules, "transformers.utils", None)
+    assert main(["train", "--model", "tiny", "--steps", "1"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "'transformers.utils' is not installed" in out and TRAIN_INSTALL in out

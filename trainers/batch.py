@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainers import precision
+from agentgym_envs.llm import precision
 from trainers.rollout import Trajectory
 
 
@@ -56,7 +56,8 @@ def sequences(
             rewards = [0.0] * n
             gammas = [1.0] * n
             for end, turn in zip(seg.turn_ends, seg.turns, strict=True):
-                rewards[end] = traj.rewards[turn] if turn < len(traj.rewards) else 0.0
+                step_rewards = traj.episode.rewards
+                rewards[end] = step_rewards[turn] if turn < len(step_rewards) else 0.0
                 gammas[end] = discounts[turn] if turn < len(discounts) else gamma
             out.append(
                 TrainSeq(

@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 
-from trainers import precision
+from agentgym_envs.llm import precision
+from agentgym_envs.llm.engine import StaticEngine, supports
+from agentgym_envs.llm.models import load_model
+from agentgym_envs.llm.sampler import Sampler
 from trainers.config import TrainConfig
-from trainers.engine import StaticEngine, supports
-from trainers.model import load_model
-from trainers.sampler import Sampler
 from trainers.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ def bench_step(config: TrainConfig, steps: int) -> dict[str, Any]:
         "gen_tokens_per_s", "train_tokens_per_s", "frac_generation", "frac_env", "frac_train",
     )  # fmt: skip
     result: dict[str, Any] = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
-    result["sequences"] = config.tasks_per_step * config.group_size
-    result["env"] = config.env
+    result["sequences"] = config.rollout.tasks_per_step * config.rollout.group_size
+    result["env"] = config.data.env
     return result
 
 

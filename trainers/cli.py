@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agentgym_envs.cli import TRAIN_INSTALL
+from agentgym_envs.core.errors import ConfigError
 from trainers.config import TrainConfig, add_arguments, from_args
 
 SHOWN = ("reward", "success", "kl", "entropy", "clip_frac", "grad_norm", "time_step_s")
@@ -26,10 +28,22 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_train)
 
 
-def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
-    from transformers.utils import logging as hf_logging
+TRAIN_EXTRA = ("torch", "transformers", "gguf", "accelerate", "matplotlib")
+"""Top-level modules of the ``train`` extra (see pyproject.toml)."""
 
-    from trainers.run import train  # torch and transformers load only for this command
+
+def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
+    try:  # torch and transformers load only for this command
+        from transformers.utils import logging as hf_logging
+
+        from trainers.run import train
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in TRAIN_EXTRA:
+            raise
+        raise ConfigError(
+            f"`agentgym train` needs the train extra, but the module {exc.name!r} is not "
+            f"installed. Install it with: {TRAIN_INSTALL}"
+        ) from exc
 
     hf_logging.disable_progress_bar()  # rich prints the progress instead
 
@@ -43,7 +57,7 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
             console.print(f"step {step:>4}  {shown}")
 
     summary = train(config, progress=progress)
-    table = Table(title=f"{config.algo} on {config.env} ({config.model})")
+    table = Table(title=f"{config.algo} on {config.data.env} ({config.policy.model})")
     table.add_column("")
     table.add_column("success")
     table.add_column("reward")
@@ -59,7 +73,7 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
         console.print(table)
     console.print(
         f"{summary['steps']} steps in {summary['train_seconds']:.1f} s; "
-        f"run folder {config.run_dir} (metrics.jsonl, trajectories.sqlite, curves.png); "
+        f"run folder {config.run.run_dir} (metrics.jsonl, trajectories.sqlite, curves.png); "
         f"checkpoint {summary['checkpoint']}"
     )
     return 0

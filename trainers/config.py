@@ -1,7 +1,13 @@
-"""The trainer's one configuration dataclass, and the command line generated from it.
+"""The trainer's configuration: a few frozen groups of settings, and the command line
+generated from them.
 
 Each field's docstring (the string literal under it) is its ``--help`` text: the CLI is
-read from this file, so the two cannot drift apart.
+read from this file, so the two cannot drift apart. The command line stays flat: every
+field of every group is one ``--flag``, named after its *flat name* (the group's
+``PREFIX`` plus the field's name, e.g. ``SFTConfig.steps`` is ``--sft-steps``).
+:meth:`TrainConfig.from_flat` builds a config from flat names and
+:meth:`TrainConfig.to_json` writes them back, so ``summary.json`` and checkpoints hold
+one flat dictionary.
 """
 
 from __future__ import annotations
@@ -9,24 +15,29 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import difflib
 import inspect
 import itertools
 import json
 import textwrap
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from agentgym_envs.core.errors import ConfigError
 
 Algo = Literal["grpo", "rloo", "reinforce", "ppo", "sft"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
+GROUP_ALGOS = ("grpo", "rloo")
+"""Algorithms that compare the rollouts of a group (``needs_group`` in their module)."""
+IMITATION_ALGOS = ("sft",)
+"""Algorithms without RL steps (``rl`` is False in their module)."""
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything a training run needs; ``agentgym train --help`` lists it."""
+class DataConfig:
+    """The env and its tasks: what is trained on, and how tasks are drawn."""
 
     env: str = "agentgym/FrozenLake-v0"
     """Env id to train on (any registered agentgym/ or agentgym-train/ id)."""
@@ -36,18 +47,28 @@ class TrainConfig:
     """Task split that training samples from."""
     difficulty: str | None = None
     """Only train on tasks of this difficulty (default: all)."""
-    eval_split: str = "test"
-    """Held-out split for the before/after evaluation."""
-    algo: Algo = "grpo"
-    """grpo, rloo, reinforce, ppo (value head + GAE), or sft (oracle imitation only)."""
+    curriculum_alpha: float = 1.0
+    """Task weights [p(1-p)]^alpha from running success p (0: uniform)."""
+    curriculum_floor: float = 0.05
+    """Smallest relative task weight, so no task is ever excluded."""
+    seed: int = 0
+    """Seed of task sampling and env seeds."""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The model that is trained, and where it runs."""
+
     model: str = "smollm2"
     """'smollm2' (default policy), 'tiny' (random test model), an HF folder or a .gguf file."""
     device: str = "auto"
     """'auto' (cuda if available), 'cpu' or 'cuda[:n]'."""
-    steps: int = 20
-    """RL steps (each: one rollout batch, then its optimizer updates)."""
-    time_budget_s: float = 0.0
-    """Stop RL after this many seconds of training (0: no limit; steps still applies)."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are played and sampled: groups, batch, context and sampling."""
+
     tasks_per_step: int = 4
     """Distinct (task, env seed) groups per step and per process."""
     group_size: int = 4
@@ -61,6 +82,10 @@ class TrainConfig:
     context_policy: Literal["truncate", "drop", "summary"] = "summary"
     """When history outgrows max_context: end the episode, drop the oldest turns, or drop
     them and add a structured summary. System prompt and task are always kept."""
+    system_prompt: bool = True
+    """Start each sequence with the env's system prompt. A model trained from scratch
+    learns nothing from a prefix that is the same in every episode; leaving it out
+    (--system-prompt false) shortens every sequence, which the CPU recipes rely on."""
     generation: Literal["auto", "static", "hf"] = "auto"
     """Rollout generation: 'static' KV-cache engine (CUDA graphs on GPU; Llama-family
     models), 'hf' (transformers forward, any model), 'auto' (static when supported)."""
@@ -68,6 +93,14 @@ class TrainConfig:
     """Sampling temperature."""
     top_p: float = 1.0
     """Nucleus sampling mass."""
+    sampling_seed: int = 0
+    """Seed of the policy's token sampling (separate from env seeds)."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The optimizer and how each rollout batch is turned into updates."""
+
     lr: float = 1e-5
     """RL AdamW learning rate (RL starts with a fresh optimizer after the SFT warm start)."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -78,12 +111,30 @@ class TrainConfig:
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables)."""
+    vf_lr: float = 0.0
+    """Learning rate of the value head (ppo; 0: lr x 10, a critic that starts at zero
+    must catch up with the returns before its baseline helps)."""
     epochs: int = 1
     """Passes over each rollout batch."""
     minibatches: int = 1
     """Optimizer steps per pass; later ones are off-policy by one version each."""
     micro_batch_size: int = 4
     """Sequences per forward/backward (does not change the gradient)."""
+    target_kl: float = 0.0
+    """Stop a batch's remaining epochs/minibatches once the approximate KL between the
+    updated and the sampling policy exceeds this (0: never)."""
+    max_lag: int = 1
+    """Drop samples whose sampler weights are more than this many policy versions behind
+    the learner's (a version is one rollout batch's updates; epochs and minibatches over
+    one batch are never stale)."""
+    tis_cap: float = 2.0
+    """Truncated importance sampling cap C in min(pi_old/mu, C)."""
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """How returns become advantages: discounts, baselines, GAE and whitening."""
+
     adv_scale: Literal["std", "none"] = "std"
     """GRPO: divide by the group's reward std, or only subtract the mean."""
     whiten: bool = False
@@ -94,6 +145,14 @@ class TrainConfig:
     """GAE lambda (ppo)."""
     time_discount: float = 0.0
     """Time-aware discount rate per second of env time: gamma_t = gamma*exp(-rate*dt)."""
+    baseline_decay: float = 0.9
+    """REINFORCE running-baseline decay."""
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """The terms of the loss: ratio clipping, KL, entropy and the value loss."""
+
     clip_low: float = 0.2
     """Ratio clip below: 1 - clip_low."""
     clip_high: float = 0.28
@@ -111,47 +170,55 @@ class TrainConfig:
     loss_agg: Literal["token-mean", "seq-mean", "constant"] = "token-mean"
     """How token losses are averaged: over all agent tokens of the step, per sequence then
     over sequences, or divided by the constant sequences x max_new_tokens (Dr. GRPO)."""
-    target_kl: float = 0.0
-    """Stop a batch's remaining epochs/minibatches once the approximate KL between the
-    updated and the sampling policy exceeds this (0: never)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
     """Value loss coefficient (ppo)."""
-    vf_lr: float = 0.0
-    """Learning rate of the value head (ppo; 0: lr x 10, a critic that starts at zero
-    must catch up with the returns before its baseline helps)."""
     value_detach: bool = False
     """Train the value head on detached trunk features, so the critic's loss never moves
     the policy's weights (ppo)."""
     vf_clip: float | None = 0.2
     """Value clipping range (ppo)."""
-    max_lag: int = 1
-    """Drop samples whose sampler weights are more than this many policy versions behind
-    the learner's (a version is one rollout batch's updates; epochs and minibatches over
-    one batch are never stale)."""
-    tis_cap: float = 2.0
-    """Truncated importance sampling cap C in min(pi_old/mu, C)."""
-    baseline_decay: float = 0.9
-    """REINFORCE running-baseline decay."""
-    curriculum_alpha: float = 1.0
-    """Task weights [p(1-p)]^alpha from running success p (0: uniform)."""
-    curriculum_floor: float = 0.05
-    """Smallest relative task weight, so no task is ever excluded."""
-    sft_steps: int = 0
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """The SFT warm start: oracle imitation before RL."""
+
+    PREFIX: ClassVar[str] = "sft_"
+    """Each field's flag is ``--sft-<field>``."""
+
+    steps: int = 0
     """Oracle-imitation optimizer steps before RL (the SFT warm start)."""
-    sft_episodes: int = 64
+    episodes: int = 64
     """Oracle episodes of the train split collected for SFT."""
-    sft_lr: float = 1e-4
+    lr: float = 1e-4
     """SFT learning rate."""
-    eval_episodes: int = 0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The held-out evaluation before and after training."""
+
+    PREFIX: ClassVar[str] = "eval_"
+    """Each field's flag is ``--eval-<field>``."""
+
+    split: str = "test"
+    """Held-out split for the before/after evaluation."""
+    episodes: int = 0
     """Episodes of eval_split to evaluate before and after training (0: skip)."""
-    eval_temperature: float = 0.0
+    temperature: float = 0.0
     """Sampling temperature of the evaluation (0: greedy)."""
-    seed: int = 0
-    """Seed of task sampling and env seeds."""
-    sampling_seed: int = 0
-    """Seed of the policy's token sampling (separate from env seeds)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How long the run lasts and what it writes: steps, output folder, checkpoints."""
+
+    steps: int = 20
+    """RL steps (each: one rollout batch, then its optimizer updates)."""
+    time_budget_s: float = 0.0
+    """Stop RL after this many seconds of training (0: no limit; steps still applies)."""
     run_dir: str = "runs/latest"
     """Output folder: metrics.jsonl, trajectories.sqlite, curves.png, checkpoints/."""
     checkpoint_every: int = 0
@@ -161,34 +228,165 @@ class TrainConfig:
     resume: bool = False
     """Continue from the newest checkpoint in run_dir."""
 
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; ``agentgym train --help`` lists it."""
+
+    algo: Algo = "grpo"
+    """grpo, rloo, reinforce, ppo (value head + GAE), or sft (oracle imitation only)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The env and its tasks."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The trained model and its device."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Episodes per step, generation and sampling."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer, schedule and updates per rollout batch."""
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    """Discounts, baselines, GAE and whitening."""
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    """Clipping, KL, entropy and value-loss terms."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """The SFT warm start."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """The evaluation before and after training."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Steps, output folder and checkpoints."""
+
     def __post_init__(self) -> None:
-        positive = ("steps", "tasks_per_step", "group_size", "n_envs", "max_new_tokens")
-        for name in (*positive, "max_context", "epochs", "minibatches", "micro_batch_size"):
-            if getattr(self, name) < 1 and not (name == "steps" and self.algo == "sft"):
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name, want in _GROUPS.items():
+            got = getattr(self, name)
+            if not isinstance(got, want):
+                raise ConfigError(
+                    f"TrainConfig.{name} must be a {want.__name__}, got {type(got).__name__}; "
+                    "build a config from flat names with TrainConfig.from_flat(...)"
+                )
+        r, o, a = self.rollout, self.optim, self.advantage
+        sizes = {
+            "steps": self.run.steps,
+            "tasks_per_step": r.tasks_per_step,
+            "group_size": r.group_size,
+            "n_envs": r.n_envs,
+            "max_new_tokens": r.max_new_tokens,
+            "max_context": r.max_context,
+            "epochs": o.epochs,
+            "minibatches": o.minibatches,
+            "micro_batch_size": o.micro_batch_size,
+        }
+        for name, value in sizes.items():
+            if value < 1 and not (name == "steps" and self.algo in IMITATION_ALGOS):
+                raise ConfigError(f"{name} must be >= 1, got {value}")
         if self.algo not in ALGOS:
             raise ConfigError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        if self.algo in ("grpo", "rloo") and self.group_size < 2:
+        if self.algo in GROUP_ALGOS and r.group_size < 2:
             raise ConfigError(f"{self.algo} compares rollouts of a group: set --group-size >= 2")
-        if self.max_new_tokens >= self.max_context:
+        if r.max_new_tokens >= r.max_context:
             raise ConfigError("max_new_tokens must be smaller than max_context")
-        if self.target_kl < 0 or self.vf_lr < 0 or self.keep_checkpoints < 0:
+        if o.target_kl < 0 or o.vf_lr < 0 or self.run.keep_checkpoints < 0:
             raise ConfigError("target_kl, vf_lr and keep_checkpoints must be >= 0")
-        if self.kl_in_reward and self.kl_coef <= 0:
+        if self.objective.kl_in_reward and self.objective.kl_coef <= 0:
             raise ConfigError("kl_in_reward needs --kl-coef > 0 (the penalty's weight)")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.max_lag < 0 or self.tis_cap < 1.0:
+        if o.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {o.warmup_steps}")
+        if o.max_lag < 0 or o.tis_cap < 1.0:
             raise ConfigError("max_lag must be >= 0 and tis_cap >= 1")
-        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
+        if not 0.0 <= a.gamma <= 1.0 or not 0.0 <= a.lam <= 1.0:
             raise ConfigError("gamma and lam must be in [0, 1]")
-        if self.time_discount < 0:
+        if a.time_discount < 0:
             raise ConfigError("time_discount must be >= 0 (a rate per second)")
-        if self.algo == "sft" and self.sft_steps < 1:
-            raise ConfigError("algo sft needs --sft-steps >= 1")
+        if not 0.0 <= a.baseline_decay < 1.0:
+            raise ConfigError(f"baseline_decay must be in [0, 1), got {a.baseline_decay}")
+        if self.algo in IMITATION_ALGOS and self.sft.steps < 1:
+            raise ConfigError(f"algo {self.algo} needs --sft-steps >= 1")
+
+    @classmethod
+    def from_flat(cls, **values: Any) -> TrainConfig:
+        """Build a config from flat field names (the CLI's, ``to_json``'s, e.g.
+        ``TrainConfig.from_flat(algo="ppo", sft_steps=4, lr=1e-4)``); unset fields keep
+        their defaults.
+
+        Raises:
+            ConfigError: a name that is no flat field (the closest names are suggested).
+        """
+        fields = flat_fields(cls)
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            hints = {n: difflib.get_close_matches(n, list(fields), n=1) for n in unknown}
+            said = ", ".join(
+                f"{n!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for n, h in hints.items()
+            )
+            raise ConfigError(
+                f"TrainConfig has no field {said}; expected flat names such as "
+                f"'lr' or 'sft_steps' (agentgym train --help lists them all)"
+            )
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {}
+        for flat, value in values.items():
+            group, name = fields[flat]
+            if group is None:
+                top[name] = value
+            else:
+                nested.setdefault(group, {})[name] = value
+        config: TrainConfig = cls(**top, **{g: _GROUPS[g](**kw) for g, kw in nested.items()})
+        return config
+
+    def replace(self, **values: Any) -> TrainConfig:
+        """A copy with some flat fields changed (``cfg.replace(micro_batch_size=2)``)."""
+        return self.from_flat(**{**self.to_json(), **values})
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field under its flat name (the keys of ``summary.json`` and checkpoints;
+        :meth:`from_flat` reads them back)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                prefix = getattr(value, "PREFIX", "")
+                out.update({prefix + k: v for k, v in dataclasses.asdict(value).items()})
+            else:
+                out[f.name] = value
+        return out
+
+
+_GROUPS: dict[str, type] = {
+    "data": DataConfig,
+    "policy": PolicyConfig,
+    "rollout": RolloutConfig,
+    "optim": OptimConfig,
+    "advantage": AdvantageConfig,
+    "objective": ObjectiveConfig,
+    "sft": SFTConfig,
+    "eval": EvalConfig,
+    "run": RunConfig,
+}
+"""TrainConfig's nested groups by attribute."""
+
+
+# -- the flat view --------------------------------------------------------------------------
+
+
+def _walk(cls: type) -> Iterator[tuple[str, str | None, dataclasses.Field[Any], type]]:
+    """``(flat name, group attribute or None, field, owning class)`` of every leaf field,
+    in declaration order: a field whose type is a dataclass is a group of leaves."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            prefix = getattr(kind, "PREFIX", "")
+            for leaf in dataclasses.fields(kind):
+                yield prefix + leaf.name, f.name, leaf, kind
+        else:
+            yield f.name, None, f, cls
+
+
+def flat_fields(cls: type = TrainConfig) -> dict[str, tuple[str | None, str]]:
+    """Map each flat name to ``(group attribute or None, field name in the group)``."""
+    out: dict[str, tuple[str | None, str]] = {}
+    for flat, group, f, _ in _walk(cls):
+        assert flat not in out, f"two fields have the flat name {flat!r}"
+        out[flat] = (group, f.name)
+    return out
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -206,6 +404,14 @@ def field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs
+
+
+def flat_docs(cls: type = TrainConfig) -> dict[str, str]:
+    """Map each flat name to its field's docstring (the ``--help`` text)."""
+    return {flat: field_docs(owner).get(f.name, "") for flat, _, f, owner in _walk(cls)}
+
+
+# -- the command line -----------------------------------------------------------------------
 
 
 def _parser_type(tp: Any) -> tuple[Any, dict[str, Any]]:
@@ -243,36 +449,37 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
-    """One ``--flag`` per field, with the field's docstring as help."""
-    docs = field_docs(cls)
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        kind, extra = _parser_type(hints[f.name])
+    """One ``--flag`` per leaf field, named after its flat name, with the field's docstring
+    as help; the fields of a nested group are listed under the group's docstring."""
+    docs = flat_docs(cls)
+    sections: dict[str | None, Any] = {None: parser}
+    for flat, group, f, owner in _walk(cls):
+        if group not in sections:
+            sections[group] = parser.add_argument_group(group, owner.__doc__)
+        hint = typing.get_type_hints(owner)[f.name]
+        kind, extra = _parser_type(hint)
         factory: Any = f.default_factory
         default = f.default if f.default is not dataclasses.MISSING else factory()
-        flag = "--" + f.name.replace("_", "-")
-        if hints[f.name] is bool:
+        if hint is bool:
             extra["nargs"] = "?"
             extra["const"] = True
         shown = json.dumps(default) if isinstance(default, dict) else default
-        parser.add_argument(
-            flag,
-            dest=f.name,
+        sections[group].add_argument(
+            "--" + flat.replace("_", "-"),
+            dest=flat,
             type=kind,
             default=default,
-            help=f"{docs.get(f.name, '')} (default: {shown})",
+            help=f"{docs[flat]} (default: {shown})",
             **extra,
         )
 
 
-def from_args(args: argparse.Namespace, cls: type = TrainConfig) -> Any:
+def from_args(args: argparse.Namespace, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
     """Build the config from parsed arguments (validation errors name the flag)."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
-    return cls(**values)
+    return cls.from_flat(**{flat: getattr(args, flat) for flat in flat_fields(cls)})
 
 
 def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     parser = argparse.ArgumentParser(prog="agentgym train", description=TrainConfig.__doc__)
     add_arguments(parser)
-    config: TrainConfig = from_args(parser.parse_args(argv))
-    return config
+    return from_args(parser.parse_args(argv))

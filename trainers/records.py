@@ -6,48 +6,47 @@ from typing import Any
 
 from agentgym_envs.eval.store import StoredEpisode
 from trainers.config import TrainConfig
+from trainers.rollout import Trajectory
+
+# the record fields a stored episode holds in its own fields; the rest go to ``extra``
+_KEPT = {"task_id", "seeds", "policy_version", "versions", "rewards", "reward_components"}
+_KEPT |= {"outcome", "truncation", "valid", "actions", "system", "observations"}
+_KEPT |= {"milestones", "cost", "started_at"}
 
 
 def stored_episode(
-    rec: dict[str, Any], cfg: TrainConfig, step: int, run_id: str, now: float
+    traj: Trajectory, cfg: TrainConfig, step: int, run_id: str, now: float
 ) -> StoredEpisode:
-    """A trajectory record as a stored episode: the chat as text (system prompt, then
-    observation and action turns), dedup key (task, actions) since the rollout keeps no
-    state hashes; the record's other fields (token counts, context policy ...) go to
-    ``extra``. The end time is the time of recording (the end of the RL step)."""
-    kept = {"task_id", "seeds", "policy_version", "versions", "rewards", "reward_components"}
-    kept |= {"outcome", "valid", "actions", "system", "observations", "milestones", "cost"}
-    kept |= {"started_at"}
-    actions = [str(a) for a in rec["actions"]]
-    messages: list[dict[str, Any]] = [{"role": "system", "content": rec["system"]}]
-    observations = list(rec["observations"])
-    for i, obs in enumerate(observations):
+    """A trajectory as a stored episode: its episode summary, the chat as text (system
+    prompt, then observation and action turns), dedup key (task, actions) since the
+    rollout keeps no state hashes; the record's other fields (token counts, context
+    policy ...) go to ``extra``. The end time is the time of recording (the end of the
+    RL step)."""
+    rec = traj.record()
+    actions = [str(a) for a in traj.actions]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": traj.system}]
+    for i, obs in enumerate(traj.observations):
         if i > 0 and i - 1 < len(actions):
             messages.append({"role": "assistant", "content": actions[i - 1]})
         messages.append({"role": "user", "content": obs})
-    return StoredEpisode(
-        env_id=cfg.env,
-        task_id=str(rec["task_id"] or ""),
-        split=cfg.split,
-        difficulty=cfg.difficulty or "",
-        policy=f"hf:{cfg.model}",
-        policy_version=str(rec["policy_version"]),
-        versions={k: str(v) for k, v in rec["versions"].items()},
-        seeds={k: int(v) for k, v in rec["seeds"].items() if v is not None},
+    stored = StoredEpisode.from_summary(
+        traj.episode,
+        env_id=cfg.data.env,
+        policy=f"hf:{cfg.policy.model}",
+        policy_version=str(traj.policy_version),
+        split=cfg.data.split,
+        difficulty=cfg.data.difficulty or "",
         messages=messages
-        if observations
+        if traj.observations
         else [{"role": "assistant", "content": a} for a in actions],
         actions=actions,
         canonical_actions=actions,
         state_hashes=[],
-        rewards=[float(r) for r in rec["rewards"]],
-        reward_components={k: float(v) for k, v in rec["reward_components"].items()},
-        outcome=str(rec["outcome"]),
-        valid=bool(rec["valid"]),
-        milestones=list(rec["milestones"]),
-        cost=dict(rec["cost"]),
-        started_at=float(rec["started_at"]) or now,
-        ended_at=now,
         run_id=run_id,
-        extra={"step": step, "algo": cfg.algo, **{k: v for k, v in rec.items() if k not in kept}},
+        extra={"step": step, "algo": cfg.algo, **{k: v for k, v in rec.items() if k not in _KEPT}},
     )
+    stored.task_id = str(traj.job.task_id or traj.episode.task_id)
+    stored.seeds = {k: int(v) for k, v in rec["seeds"].items() if v is not None}
+    stored.started_at = traj.episode.started_at or now
+    stored.ended_at = now
+    return stored

@@ -6,7 +6,8 @@ the sampled ids get mask 1 and keep their sampler log-probabilities; system prom
 observations and template markers get mask 0. When the next turn would not fit in
 ``max_context``, the context policy decides:
 
-* ``truncate`` -- the episode ends there (outcome ``context_limit``, a policy failure);
+* ``truncate`` -- the episode ends there (outcome ``timeout``, truncation
+  ``context_limit``: a cut episode, which a critic bootstraps from);
 * ``drop`` -- a new segment starts with the system prompt and task, then as many of the
   most recent turns as fit (their tokens copied, not re-tokenized, and masked: they were
   trained in the segment that produced them);
@@ -25,8 +26,9 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from trainers.chat import ChatFormat, Message
-from trainers.sampler import Sample, Sampler
+from agentgym_envs.core.episode import EpisodeFold, EpisodeSummary, Truncation
+from agentgym_envs.llm.chat import ChatFormat, Message
+from agentgym_envs.llm.generation import Generator, Sample
 
 log = logging.getLogger(__name__)
 
@@ -65,59 +67,46 @@ class Segment:
 
 @dataclass
 class Trajectory:
-    """One episode: its segments, per-turn rewards and everything needed to reproduce it."""
+    """One episode: its token segments, the episode's summary and what reproduces it.
+
+    Episode-level facts (outcome, validity, rewards, milestones, cost, versions, seeds)
+    are in ``episode``, folded from the step infos like every other episode record;
+    the token-level data (segments, the tail a critic bootstraps from) is the trainer's.
+    """
 
     job: Job
     policy_version: int
     segments: list[Segment] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
     durations_s: list[float] = field(default_factory=list)
-    reward_components: dict[str, float] = field(default_factory=dict)
-    outcome: str = "continue"
-    valid: bool = True
-    success: bool = False
-    versions: dict[str, Any] = field(default_factory=dict)
-    seeds: dict[str, Any] = field(default_factory=dict)
+    episode: EpisodeSummary = field(default_factory=EpisodeSummary)
     context: dict[str, Any] = field(default_factory=dict)
     retok_mismatches: int = 0
-    error: str | None = None
     # the chat as text, for the trajectory store: system prompt, then the observation
     # before each action and the one after the last
     system: str = ""
     observations: list[str] = field(default_factory=list)
-    milestones: list[str] = field(default_factory=list)
-    cost: dict[str, Any] = field(default_factory=dict)
-    started_at: float = 0.0
     # a cut episode (time or context limit) did not end: the template and observation
     # tokens after its last action are the state a critic bootstraps from
     tail_ids: list[int] = field(default_factory=list)
 
-    @property
-    def cut(self) -> bool:
-        """Truncated by a time or context limit, not terminated by the task."""
-        return self.valid and self.outcome in ("timeout", "context_limit")
-
-    @property
-    def ret(self) -> float:
-        """Undiscounted return: the sum of the step rewards."""
-        return float(sum(self.rewards))
-
     def record(self) -> dict[str, Any]:
         """Plain JSON data for the run's trajectory file (token ids left out)."""
+        ep = self.episode
         return {
             "task_id": self.job.task_id,
             "group": self.job.group,
-            "seeds": {**self.seeds, "env": self.job.env_seed},
+            "seeds": {**ep.seeds, "env": self.job.env_seed},
             "policy_version": self.policy_version,
-            "versions": self.versions,
-            "return": self.ret,
-            "rewards": self.rewards,
-            "reward_components": self.reward_components,
-            "outcome": self.outcome,
-            "success": self.success,
-            "valid": self.valid,
-            "error": self.error,
+            "versions": dict(ep.versions),
+            "return": ep.reward,
+            "rewards": list(ep.rewards),
+            "reward_components": dict(ep.reward_components),
+            "outcome": ep.outcome.value,
+            "truncation": ep.truncation.value,
+            "success": ep.success,
+            "valid": ep.valid,
+            "error": ep.error or None,
             "turns": len(self.actions),
             "actions": self.actions,
             "durations_s": self.durations_s,
@@ -125,9 +114,9 @@ class Trajectory:
             "retok_mismatches": self.retok_mismatches,
             "system": self.system,
             "observations": self.observations,
-            "milestones": self.milestones,
-            "cost": self.cost,
-            "started_at": self.started_at,
+            "milestones": list(ep.milestones),
+            "cost": dict(ep.cost),
+            "started_at": ep.started_at,
             "tokens": [len(s.ids) for s in self.segments],
             "agent_tokens": [s.agent_tokens for s in self.segments],
         }
@@ -146,6 +135,7 @@ class _Turn:
 class _Episode:
     env: gym.Env[Any, Any]
     traj: Trajectory
+    fold: EpisodeFold
     system: str
     task_obs: str
     turns: list[_Turn] = field(default_factory=list)
@@ -172,24 +162,28 @@ class RolloutRunner:
     Args:
         make_env: builds one env (called ``n_envs`` times, and again after an env crash).
         chat: the tokenizer's chat format.
-        sampler: the batched sampler (its model is the current policy).
+        sampler: the batched generator (its weights are the current policy).
         n_envs: env slots played in parallel.
         max_new_tokens: sampled tokens per turn at most.
         max_context: tokens per segment at most.
         context_policy: what to do when the next turn would not fit (see module doc).
+        system_prompt: start each sequence with the env's system prompt (``info["system"]``);
+            without it the policy sees the task and the turns only.
     """
 
     def __init__(
         self,
         make_env: Callable[[], gym.Env[Any, Any]],
         chat: ChatFormat,
-        sampler: Sampler,
+        sampler: Generator,
         *,
         n_envs: int,
         max_new_tokens: int,
         max_context: int,
         context_policy: ContextPolicy = "summary",
+        system_prompt: bool = True,
     ) -> None:
+        self.system_prompt = system_prompt
         if context_policy not in CONTEXT_POLICIES:
             raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}")
         self.make_env = make_env
@@ -230,12 +224,12 @@ class RolloutRunner:
                 while slot not in live and queue:
                     index, job = queue.pop(0)
                     episode = self._start(slot, job, policy_version, stats)
-                    if script is not None and episode.traj.outcome == "continue":
+                    if episode.fold.done:
+                        results[index] = self._finish(episode)
+                        continue
+                    if script is not None:
                         episode.script = script(episode.env)
-                    if episode.traj.outcome == "continue":
-                        live[slot] = (index, episode)
-                    else:
-                        results[index] = episode.traj
+                    live[slot] = (index, episode)
             if not live:
                 break
             slots = sorted(live)
@@ -260,21 +254,21 @@ class RolloutRunner:
     # -- one episode -----------------------------------------------------------------------
 
     def _start(self, slot: int, job: Job, version: int, stats: RolloutStats) -> _Episode:
-        traj = Trajectory(job=job, policy_version=version, started_at=time.time())
+        traj = Trajectory(job=job, policy_version=version)
         traj.context = {"policy": self.context_policy, "dropped_turns": 0, "truncated": False}
+        fold = EpisodeFold()
         env = self.envs[slot]
         start = time.perf_counter()
         options = {"task_id": job.task_id} if job.task_id is not None else None
         try:
             obs, info = env.reset(seed=job.env_seed, options=options)
         except Exception as exc:  # an env crash is an env error, never a policy failure
-            return self._crashed(slot, env, traj, exc)
+            return self._crashed(slot, env, traj, fold, exc)
         finally:
             stats.env_s += time.perf_counter() - start
-        system = str(info.get("system") or "")
-        episode = _Episode(env=env, traj=traj, system=system, task_obs=obs)
-        traj.versions = dict(info.get("versions") or {})
-        traj.seeds = {k: v for k, v in (info.get("seeds") or {}).items()}
+        fold.reset(info)
+        system = str(info.get("system") or "") if self.system_prompt else ""
+        episode = _Episode(env=env, traj=traj, fold=fold, system=system, task_obs=obs)
         traj.system, traj.observations = system, [obs]
         episode.env_time_ms = float((info.get("cost") or {}).get("env_time_ms", 0.0))
         episode.messages = self._head(episode, summary=None)
@@ -289,6 +283,7 @@ class RolloutRunner:
     def _advance(self, slot: int, ep: _Episode, sample: Sample, stats: RolloutStats) -> bool:
         """Append a sample, step the env, append the observation. False when it ended."""
         seg, traj = ep.segment, ep.traj
+        ep.fold.usage(tokens_in=len(seg.ids), tokens_out=len(sample.ids))
         seg.extend(sample.ids, sample.logprobs)
         seg.turn_ends.append(len(seg.ids) - 1)
         seg.turns.append(len(traj.actions))
@@ -298,27 +293,17 @@ class RolloutRunner:
         try:
             obs, reward, terminated, truncated, info = ep.env.step(content)
         except Exception as exc:
-            self._crashed(slot, ep.env, traj, exc)
+            self._crashed(slot, ep.env, traj, ep.fold, exc)
             return False
         finally:
             stats.env_s += time.perf_counter() - start
         env_ms = float((info.get("cost") or {}).get("env_time_ms", ep.env_time_ms))
         traj.durations_s.append(max(env_ms - ep.env_time_ms, 0.0) / 1000.0)
         ep.env_time_ms = env_ms
-        traj.rewards.append(float(reward))
-        for name, value in (info.get("reward_components") or {}).items():
-            traj.reward_components[name] = traj.reward_components.get(name, 0.0) + float(value)
-        outcome = info.get("outcome", "continue")
-        traj.outcome = str(getattr(outcome, "value", outcome))
-        traj.valid = bool(info.get("episode_valid", True)) and traj.outcome != "env_error"
-        traj.success = traj.outcome == "success"
+        ep.fold.step(reward, terminated, truncated, info)
         traj.observations.append(obs)
-        traj.milestones = list(info.get("milestones") or traj.milestones)
-        traj.cost = dict(info.get("cost") or traj.cost)
-        if terminated or truncated:
-            if traj.outcome == "continue":  # e.g. a TimeLimit wrapper cut the episode
-                traj.outcome = "timeout"
-            if traj.cut:
+        if ep.fold.done:
+            if ep.fold.summary().cut:
                 after = [*ep.messages, {"role": "assistant", "content": content}]
                 close = self.chat.close(ep.messages, content, sample.ended)
                 traj.tail_ids = close + self.chat.open(after, obs)
@@ -414,25 +399,29 @@ class RolloutRunner:
         ep.segment.ids = ep.segment.ids[: self.max_context]
         ep.segment.mask = ep.segment.mask[: self.max_context]
         ep.segment.logprobs = ep.segment.logprobs[: self.max_context]
-        ep.traj.outcome = "context_limit"
-        ep.traj.success = False
+        ep.fold.cut(Truncation.CONTEXT_LIMIT)
         ep.traj.context["truncated"] = True
 
     def _crashed(
-        self, slot: int, env: gym.Env[Any, Any], traj: Trajectory, exc: Exception
+        self,
+        slot: int,
+        env: gym.Env[Any, Any],
+        traj: Trajectory,
+        fold: EpisodeFold,
+        exc: Exception,
     ) -> _Episode:
         log.warning("env crashed (slot %d): %r; replacing it", slot, exc)
-        traj.outcome, traj.valid, traj.success = "env_error", False, False
-        traj.error = f"{type(exc).__name__}: {exc}"
+        fold.crash(f"{type(exc).__name__}: {exc}")
         try:
             env.close()
         finally:
             self.envs[slot] = self.make_env()
-        return _Episode(env=self.envs[slot], traj=traj, system="", task_obs="")
+        return _Episode(env=self.envs[slot], traj=traj, fold=fold, system="", task_obs="")
 
     def _finish(self, ep: _Episode) -> Trajectory:
         seg = ep.segment
-        if ep.traj.outcome == "context_limit" and seg.turn_ends:
+        ep.traj.episode = ep.fold.summary()
+        if ep.traj.episode.truncation is Truncation.CONTEXT_LIMIT and seg.turn_ends:
             ep.traj.tail_ids = seg.ids[seg.turn_ends[-1] + 1 :]
         if ep.segment.agent_tokens:
             ep.traj.segments.append(_trimmed(ep.segment))

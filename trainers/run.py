@@ -16,12 +16,13 @@ import numpy as np
 import torch
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.metrics import episode_metrics
+from agentgym_envs.llm.sampler import Sampler
 from trainers import distributed as dist
 from trainers.batch import TrainSeq, agent_forward, collate, sequences
 from trainers.config import TrainConfig
 from trainers.rollout import Job, Trajectory
 from trainers.runlog import read_metrics
-from trainers.sampler import Sampler
 from trainers.trainer import Trainer, _chunks, env_seed, task_ids
 
 log = logging.getLogger(__name__)
@@ -38,25 +39,25 @@ def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
     cfg = trainer.cfg
     share = range(trainer.rank, episodes, trainer.world)
     tasks = trainer.tasks
-    jobs = [Job(tasks[i % len(tasks)], env_seed(cfg.seed, 0, i, "sft"), i) for i in share]
+    jobs = [Job(tasks[i % len(tasks)], env_seed(cfg.data.seed, 0, i, "sft"), i) for i in share]
 
     def oracle(env: Any) -> Callable[[], str]:
         act: Callable[[], str] = env.unwrapped.oracle().act
         return act
 
     trajs, _ = trainer.runner.collect(jobs, trainer.version, script=oracle)
-    return [t for t in trajs if t.valid]
+    return [t for t in trajs if t.episode.valid]
 
 
 def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str, float]]:
     """Imitate oracle trajectories: token-mean NLL on agent tokens only."""
     cfg = trainer.cfg
     trajs = oracle_trajectories(trainer, episodes)
-    seqs = sequences(trajs, cfg.gamma, [[] for _ in trajs])
+    seqs = sequences(trajs, cfg.advantage.gamma, [[] for _ in trajs])
     seqs = [s for s in seqs if s.agent_tokens]
     for s in seqs:
         s.advantages = [float(m) for m in s.mask]
-    success = dist.all_sum([sum(t.success for t in trajs), len(trajs)], trainer.device)
+    success = dist.all_sum([sum(t.episode.success for t in trajs), len(trajs)], trainer.device)
     log.info(
         "SFT on %d oracle episodes (oracle success %.2f)",
         success[1],
@@ -64,11 +65,11 @@ def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str
     )
     # SFT's own optimizer: RL gets a fresh one (Trainer.rl_optimizer), untouched by these
     # moments and step counts
-    optimizer = torch.optim.AdamW(trainer.params, lr=lr, weight_decay=cfg.weight_decay)
-    rng = random.Random(cfg.seed)
+    optimizer = torch.optim.AdamW(trainer.params, lr=lr, weight_decay=cfg.optim.weight_decay)
+    rng = random.Random(cfg.data.seed)
     history = []
     trainer.lm.train()
-    batch_size = max(cfg.micro_batch_size * 2, 8)
+    batch_size = max(cfg.optim.micro_batch_size * 2, 8)
     for step in range(steps):
         chosen = rng.sample(seqs, min(batch_size, len(seqs))) if seqs else []
         history.append(sft_step(trainer, optimizer, chosen))
@@ -84,7 +85,7 @@ def sft_step(
     total = dist.all_sum([sum(s.agent_tokens for s in seqs)], trainer.device)[0]
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
-    for chunk in _chunks(seqs, trainer.cfg.micro_batch_size):
+    for chunk in _chunks(seqs, trainer.cfg.optim.micro_batch_size):
         batch = collate(chunk, trainer.chat.pad_id, trainer.device)
         out = agent_forward(trainer.lm, None, batch, 1.0)
         loss = -out.logprobs.sum() / total
@@ -92,7 +93,7 @@ def sft_step(
         loss_sum += float(loss.detach()) * total
     dist.all_reduce_gradients(trainer.params)
     if total > 0:
-        torch.nn.utils.clip_grad_norm_(trainer.params, trainer.cfg.max_grad_norm or 1e9)
+        torch.nn.utils.clip_grad_norm_(trainer.params, trainer.cfg.optim.max_grad_norm or 1e9)
         optimizer.step()
     return {"sft_loss": dist.all_sum([loss_sum], trainer.device)[0] / max(total, 1.0)}
 
@@ -103,40 +104,35 @@ def sft_step(
 def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) -> dict[str, Any]:
     """Success and return on the first ``episodes`` tasks of ``split`` (fixed env seeds)."""
     cfg = trainer.cfg
-    pool = task_ids(trainer.runner.envs[0], split, cfg.difficulty)
+    pool = task_ids(trainer.runner.envs[0], split, cfg.data.difficulty)
     share = range(trainer.rank, episodes, trainer.world)
-    jobs = [Job(pool[i % len(pool)], env_seed(cfg.seed, 0, i, "eval"), i) for i in share]
+    jobs = [Job(pool[i % len(pool)], env_seed(cfg.data.seed, 0, i, "eval"), i) for i in share]
     main = trainer.runner.sampler
-    trainer.runner.sampler = Sampler(
+    evaluator = Sampler(
         trainer.lm,
         eos_ids=[trainer.chat.eos_id],
         pad_id=trainer.chat.pad_id,
         temperature=temperature,
         top_p=1.0,
-        seed=cfg.sampling_seed + 99,
+        seed=cfg.rollout.sampling_seed + 99,
         engine=trainer.engine,
     )
+    evaluator.weights_version = trainer.version
+    trainer.runner.sampler = evaluator
     trainer.lm.eval()
     try:
         trajs, _ = trainer.runner.collect(jobs, trainer.version)
     finally:
         trainer.runner.sampler = main
-    sums = dist.all_sum(
-        [
-            sum(t.success for t in trajs if t.valid),
-            sum(t.ret for t in trajs if t.valid),
-            sum(t.valid for t in trajs),
-            len(trajs),
-        ],
-        trainer.device,
+    metrics = episode_metrics(
+        [e for part in dist.all_gather([t.episode for t in trajs]) for e in part]
     )
-    valid = max(sums[2], 1.0)
     return {
         "split": split,
-        "episodes": int(sums[3]),
-        "valid_episodes": int(sums[2]),
-        "success": sums[0] / valid,
-        "reward": sums[1] / valid,
+        "episodes": metrics["episodes"],
+        "valid_episodes": metrics["valid"],
+        "success": metrics["success_rate"],
+        "reward": metrics["mean_return"],
         "temperature": temperature,
         "policy_version": trainer.version,
     }
@@ -171,7 +167,7 @@ def save_checkpoint(trainer: Trainer) -> Path:
         torch.save(state, tmp / "trainer_state.pt")
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
-        prune_checkpoints(trainer.run_dir, trainer.cfg.keep_checkpoints)
+        prune_checkpoints(trainer.run_dir, trainer.cfg.run.keep_checkpoints)
     dist.all_gather(None)  # barrier: the folder exists before anyone reads it
     rng = {
         "sampler": trainer.sampler.get_state(),
@@ -207,7 +203,7 @@ def load_checkpoint(trainer: Trainer, folder: Path) -> None:
     state = torch.load(folder / "trainer_state.pt", weights_only=False)
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
-    if trainer.cfg.kl_coef > 0:
+    if trainer.cfg.objective.kl_coef > 0:
         if state.get("reference") is None:
             raise ConfigError(
                 f"{folder} holds no KL reference (it was saved with kl_coef 0 or by an older "
@@ -271,29 +267,29 @@ def train(
     trainer = Trainer(config, make_env)
     summary: dict[str, Any] = {"config": config.to_json(), "world_size": trainer.world}
     try:
-        resumed = latest_checkpoint(trainer.run_dir) if config.resume else None
+        resumed = latest_checkpoint(trainer.run_dir) if config.run.resume else None
         if resumed is not None:
             load_checkpoint(trainer, resumed)
             summary["resumed_from"] = str(resumed)
         start = time.perf_counter()
-        if config.eval_episodes and resumed is None and config.sft_steps > 0:
+        if config.eval.episodes and resumed is None and config.sft.steps > 0:
             summary["eval_initial"] = evaluate(
-                trainer, config.eval_split, config.eval_episodes, config.eval_temperature
+                trainer, config.eval.split, config.eval.episodes, config.eval.temperature
             )
-        if resumed is None and config.sft_steps > 0:
-            history = sft(trainer, config.sft_steps, config.sft_episodes, config.sft_lr)
+        if resumed is None and config.sft.steps > 0:
+            history = sft(trainer, config.sft.steps, config.sft.episodes, config.sft.lr)
             summary["sft_loss"] = [h["sft_loss"] for h in history]
         if resumed is None:
             trainer.set_reference()  # KL anchors RL to the SFT-warmed policy
-        if config.eval_episodes and resumed is None:
+        if config.eval.episodes and resumed is None:
             summary["eval_before"] = evaluate(
-                trainer, config.eval_split, config.eval_episodes, config.eval_temperature
+                trainer, config.eval.split, config.eval.episodes, config.eval.temperature
             )
         if config.algo != "sft":
             rl_start = time.perf_counter()
-            while trainer.step < config.steps:
-                over = bool(config.time_budget_s) and (
-                    time.perf_counter() - rl_start > config.time_budget_s
+            while trainer.step < config.run.steps:
+                over = bool(config.run.time_budget_s) and (
+                    time.perf_counter() - rl_start > config.run.time_budget_s
                 )
                 if dist.all_sum([float(over)], trainer.device)[0] > 0:  # every process stops
                     summary["stopped_by_time_budget"] = True
@@ -301,12 +297,12 @@ def train(
                 metrics = trainer.rl_step()
                 if progress is not None:
                     progress(trainer.step, metrics)
-                if config.checkpoint_every and trainer.step % config.checkpoint_every == 0:
+                if config.run.checkpoint_every and trainer.step % config.run.checkpoint_every == 0:
                     save_checkpoint(trainer)
             summary["rl_seconds"] = time.perf_counter() - rl_start
-        if config.eval_episodes:
+        if config.eval.episodes:
             summary["eval_after"] = evaluate(
-                trainer, config.eval_split, config.eval_episodes, config.eval_temperature
+                trainer, config.eval.split, config.eval.episodes, config.eval.temperature
             )
         summary["replica_checksums"] = check_replicas(trainer)
         summary["train_seconds"] = time.perf_counter() - start

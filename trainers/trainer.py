@@ -31,8 +31,14 @@ import numpy as np
 import torch
 
 import agentgym_envs  # noqa: F401  (registers the envs)
+from agentgym_envs.core.episode import EpisodeSummary, Truncation
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.eval.store import TrajectoryStore
+from agentgym_envs.llm.chat import ChatFormat
+from agentgym_envs.llm.engine import StaticEngine, supports
+from agentgym_envs.llm.models import load_model, resolve_device
+from agentgym_envs.llm.sampler import Sampler
 from trainers import distributed as dist
 from trainers.algorithms import (
     LossConfig,
@@ -49,16 +55,13 @@ from trainers.algorithms import (
     zero_variance_groups,
 )
 from trainers.batch import TrainSeq, agent_forward, collate, sequences
-from trainers.chat import ChatFormat
 from trainers.config import TrainConfig
 from trainers.curriculum import CurriculumSampler
-from trainers.engine import StaticEngine, supports
 from trainers.envs import register as register_fixtures
-from trainers.model import ValueHead, load_model
+from trainers.model import ValueHead
 from trainers.records import stored_episode
 from trainers.rollout import Job, RolloutRunner, Trajectory
 from trainers.runlog import RunLogger
-from trainers.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -85,25 +88,6 @@ def task_ids(env: gym.Env[Any, Any], split: str, difficulty: str | None) -> list
     )
 
 
-def resolve_device(name: str, local_rank: int) -> torch.device:
-    """The device of this process. With ``cuda`` every process takes the GPU of its local
-    rank (``LOCAL_RANK`` under torchrun, the rank on this node) and makes it current, so
-    NCCL collectives such as ``all_gather_object`` never pile every rank onto ``cuda:0``."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise ConfigError(
-                f"local rank {local_rank} has no GPU (this node has {count}); start at most "
-                f"{count} processes per node (torchrun --nproc_per_node {count})"
-            )
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        return device
-    return torch.device(name)
-
-
 STREAMS = {"rl": 0, "sft": 1, "eval": 2}
 
 
@@ -115,11 +99,11 @@ def env_seed(seed: int, step: int, group: int, stream: str = "rl") -> int:
 
 
 class Trainer:
-    """Trains ``config.model`` on ``config.env``.
+    """Trains ``config.policy.model`` on ``config.data.env``.
 
     Args:
         config: the run's configuration.
-        make_env: override how envs are built (default ``gym.make(config.env, ...)``).
+        make_env: override how envs are built (default ``gym.make(config.data.env, ...)``).
     """
 
     def __init__(
@@ -127,12 +111,12 @@ class Trainer:
     ) -> None:
         self.cfg = config
         self.rank, self.world = dist.init()
-        self.device = resolve_device(config.device, dist.local_rank())
+        self.device = resolve_device(config.policy.device, dist.local_rank())
         register_fixtures()
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.data.seed)
         # fp32 master weights; forward passes run in bf16 on GPU (trainers.precision)
         self.lm, self.tokenizer = load_model(
-            config.model, device=self.device, dtype=torch.float32, seed=config.seed
+            config.policy.model, device=self.device, dtype=torch.float32, seed=config.data.seed
         )
         self.value_head: ValueHead | None = None
         if config.algo == "ppo":
@@ -150,45 +134,56 @@ class Trainer:
             self.lm,
             eos_ids=[self.chat.eos_id],
             pad_id=self.chat.pad_id,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            seed=config.sampling_seed * 1000 + self.rank,
+            temperature=config.rollout.temperature,
+            top_p=config.rollout.top_p,
+            seed=config.rollout.sampling_seed * 1000 + self.rank,
             engine=self.engine,
         )
-        env_kwargs = dict(config.env_kwargs)
-        self.make_env = make_env or (lambda: gym.make(config.env, **env_kwargs))
+        env_kwargs = dict(config.data.env_kwargs)
+        self.make_env = make_env or (lambda: gym.make(config.data.env, **env_kwargs))
         self.runner = RolloutRunner(
             self.make_env,
             self.chat,
             self.sampler,
-            n_envs=config.n_envs,
-            max_new_tokens=config.max_new_tokens,
-            max_context=config.max_context,
-            context_policy=config.context_policy,
+            n_envs=config.rollout.n_envs,
+            max_new_tokens=config.rollout.max_new_tokens,
+            max_context=config.rollout.max_context,
+            context_policy=config.rollout.context_policy,
+            system_prompt=config.rollout.system_prompt,
         )
-        self.tasks = task_ids(self.runner.envs[0], config.split, config.difficulty)
+        self.tasks = task_ids(self.runner.envs[0], config.data.split, config.data.difficulty)
         self.curriculum = CurriculumSampler(
             self.tasks,
-            alpha=config.curriculum_alpha,
-            floor=config.curriculum_floor,
-            seed=config.seed,
+            alpha=config.data.curriculum_alpha,
+            floor=config.data.curriculum_floor,
+            seed=config.data.seed,
         )
-        self.baseline = RunningBaseline(config.baseline_decay)
+        self.baseline = RunningBaseline(config.advantage.baseline_decay)
         self.loss_config = LossConfig(
-            clip_low=config.clip_low,
-            clip_high=config.clip_high,
-            dual_clip=config.dual_clip,
-            kl_coef=config.kl_coef,
-            kl_estimator=config.kl_estimator,
-            entropy_coef=config.entropy_coef,
-            vf_coef=config.vf_coef,
-            vf_clip=config.vf_clip,
+            clip_low=config.objective.clip_low,
+            clip_high=config.objective.clip_high,
+            dual_clip=config.objective.dual_clip,
+            kl_coef=config.objective.kl_coef,
+            kl_estimator=config.objective.kl_estimator,
+            entropy_coef=config.objective.entropy_coef,
+            vf_coef=config.objective.vf_coef,
+            vf_clip=config.objective.vf_clip,
         )
         self.version = 0
         self.step = 0
-        self.run_dir = Path(config.run_dir)
+        self.run_dir = Path(config.run.run_dir)
         self.logger = RunLogger(self.run_dir, enabled=self.rank == 0)
-        self.shuffle = np.random.default_rng([config.seed, self.rank, 7])
+        self.shuffle = np.random.default_rng([config.data.seed, self.rank, 7])
+
+    @property
+    def version(self) -> int:
+        """The policy version: how many rollout batches' updates the weights have had. It
+        is the sampler's ``weights_version``, so every sample says which weights drew it."""
+        return self.sampler.weights_version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self.sampler.weights_version = value
 
     def rl_optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
         """A fresh AdamW for RL and its schedule (warmup, then constant/linear/cosine over
@@ -200,22 +195,22 @@ class Trainer:
         ]
         if self.value_head is not None:  # the critic learns at its own (faster) rate
             groups.append(
-                {"params": list(self.value_head.parameters()), "lr": cfg.vf_lr or cfg.lr * 10}
+                {"params": list(self.value_head.parameters()), "lr": cfg.optim.vf_lr or cfg.optim.lr * 10}
             )
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        total = max(cfg.steps * cfg.epochs * cfg.minibatches, 1)
+        optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        total = max(cfg.run.steps * cfg.optim.epochs * cfg.optim.minibatches, 1)
         return optimizer, torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda k: lr_factor(k, cfg.warmup_steps, total, cfg.lr_schedule)
+            optimizer, lambda k: lr_factor(k, cfg.optim.warmup_steps, total, cfg.optim.lr_schedule)
         )
 
     def set_reference(self) -> None:
         """Freeze a copy of the current policy as the KL reference (when ``kl_coef > 0``).
         ``train`` calls it when RL starts, so the reference is the SFT-warmed policy."""
-        if self.cfg.kl_coef > 0:
+        if self.cfg.objective.kl_coef > 0:
             self.ref = copy.deepcopy(self.lm).eval().requires_grad_(False)
 
     def _engine(self) -> StaticEngine | None:
-        mode = self.cfg.generation
+        mode = self.cfg.rollout.generation
         if mode == "hf" or (mode == "auto" and not supports(self.lm)):
             return None
         if not supports(self.lm):
@@ -223,24 +218,24 @@ class Trainer:
                 f"--generation static supports Llama-family models, not "
                 f"{type(self.lm).__name__}; use --generation hf (or auto)"
             )
-        return StaticEngine(self.lm, max_batch=self.cfg.n_envs, max_len=self.cfg.max_context)
+        return StaticEngine(self.lm, max_batch=self.cfg.rollout.n_envs, max_len=self.cfg.rollout.max_context)
 
     # -- one RL step -----------------------------------------------------------------------
 
     def jobs(self) -> list[Job]:
         """This process's share of the step's groups (same draw on every process)."""
         cfg = self.cfg
-        tasks = self.curriculum.sample(cfg.tasks_per_step * self.world)
+        tasks = self.curriculum.sample(cfg.rollout.tasks_per_step * self.world)
         out = []
         for group in range(self.rank, len(tasks), self.world):
-            seed = env_seed(cfg.seed, self.step, group)
-            out += [Job(tasks[group], seed, group)] * cfg.group_size
+            seed = env_seed(cfg.data.seed, self.step, group)
+            out += [Job(tasks[group], seed, group)] * cfg.rollout.group_size
         return out
 
     def rl_step(self) -> dict[str, float]:
         """Steps 1-5 of the module docstring; returns the step's metrics."""
         start = time.perf_counter()
-        if self.cfg.kl_coef > 0 and self.ref is None:
+        if self.cfg.objective.kl_coef > 0 and self.ref is None:
             self.set_reference()
         # 1-2. rollouts with the current policy
         jobs = self.jobs()
@@ -257,13 +252,14 @@ class Trainer:
             self.version += 1
         train_s = time.perf_counter() - train_start
         # 5. bookkeeping shared by every process
-        gathered = [t for part in dist.all_gather([_summary(t) for t in trajs]) for t in part]
+        mine = [(t.job.task_id, t.episode, len(t.segments)) for t in trajs]
+        gathered = [g for part in dist.all_gather(mine) for g in part]
         for task, successes in _by_task(gathered).items():
             self.curriculum.update(task, successes)
         self.record(trajs)
         self.step += 1
         generated = self.sampler.tokens_generated - generated_before
-        metrics = _episode_metrics(gathered)
+        metrics = _train_metrics(gathered)
         metrics.update(adv_stats)
         metrics.update(upd)
         sums = dist.all_sum(
@@ -301,23 +297,23 @@ class Trainer:
     def returns(self, traj: Trajectory) -> tuple[float, list[float]]:
         """Discounted return from the start, and the discount after each turn."""
         cfg = self.cfg
-        discounts = [cfg.gamma * math.exp(-cfg.time_discount * dt) for dt in traj.durations_s]
+        discounts = [cfg.advantage.gamma * math.exp(-cfg.advantage.time_discount * dt) for dt in traj.durations_s]
         ret, scale = 0.0, 1.0
-        for k, reward in enumerate(traj.rewards):
+        for k, reward in enumerate(traj.episode.rewards):
             ret += scale * reward
-            scale *= discounts[k] if k < len(discounts) else cfg.gamma
+            scale *= discounts[k] if k < len(discounts) else cfg.advantage.gamma
         return ret, discounts
 
     def advantages(self, trajs: Sequence[Trajectory]) -> tuple[list[TrainSeq], dict[str, float]]:
         cfg = self.cfg
         rets, discounts = zip(*(self.returns(t) for t in trajs), strict=True) if trajs else ((), ())
         rewards = torch.tensor(rets, dtype=torch.float32)
-        valid = torch.tensor([t.valid for t in trajs], dtype=torch.bool)
+        valid = torch.tensor([t.episode.valid for t in trajs], dtype=torch.bool)
         groups = torch.tensor([t.job.group for t in trajs], dtype=torch.long)
         stats: dict[str, float] = {}
-        seqs = sequences(trajs, cfg.gamma, discounts)
+        seqs = sequences(trajs, cfg.advantage.gamma, discounts)
         if cfg.algo == "grpo":
-            adv, kept = grpo_advantages(rewards, groups, valid, scale=cfg.adv_scale)
+            adv, kept = grpo_advantages(rewards, groups, valid, scale=cfg.advantage.adv_scale)
         elif cfg.algo == "rloo":
             adv, kept = rloo_advantages(rewards, groups, valid)
         elif cfg.algo == "reinforce":
@@ -340,7 +336,7 @@ class Trainer:
         seqs = [s for s in seqs if bool(kept[s.traj]) and s.agent_tokens > 0]
         for s in seqs:
             s.advantages = [float(adv[s.traj]) * m for m in s.mask]
-        penalties = self._kl_penalties(seqs) if cfg.kl_in_reward and seqs else None
+        penalties = self._kl_penalties(seqs) if cfg.objective.kl_in_reward and seqs else None
         if penalties is not None:
             stats["kl_penalty"] = sum(map(sum, penalties)) / max(
                 sum(s.agent_tokens for s in seqs), 1
@@ -353,7 +349,7 @@ class Trainer:
                     target[t] -= p
         if cfg.algo == "ppo" and seqs:
             stats.update(self._gae(seqs, trajs))
-        if cfg.whiten:  # every process joins the statistics, also with no sequence kept
+        if cfg.advantage.whiten:  # every process joins the statistics, also with no sequence kept
             self._whiten(seqs)
         kept_n = dist.all_sum([float(kept.sum()), float(len(trajs))], self.device)
         stats["kept_episode_rate"] = kept_n[0] / max(kept_n[1], 1.0)
@@ -381,7 +377,7 @@ class Trainer:
                 v[row, col] = values[i][t]
                 g[row, col] = seqs[i].gammas[t]
                 m[row, col] = 1.0
-        adv, ret = gae(r, v, m, gamma=g, lam=self.cfg.lam, bootstrap=boot)
+        adv, ret = gae(r, v, m, gamma=g, lam=self.cfg.advantage.lam, bootstrap=boot)
         for i, s in enumerate(seqs):
             s.returns = [0.0] * len(s.ids)
             s.old_values = values[i]
@@ -423,7 +419,7 @@ class Trainer:
         probes: list[TrainSeq] = []
         rows: list[int] = []
         for row, (traj, i) in enumerate(zip(order, last_seq, strict=True)):
-            if trajs[traj].cut and trajs[traj].tail_ids:
+            if trajs[traj].episode.cut and trajs[traj].tail_ids:
                 ids = [*seqs[i].ids, *trajs[traj].tail_ids, self.chat.pad_id]
                 # the value predicted for the extra last token reads the state before it
                 mask = [0] * (len(ids) - 1) + [1]
@@ -460,8 +456,8 @@ class Trainer:
         out = []
         for s, ref_row in zip(seqs, ref, strict=True):
             mu = torch.tensor(s.sampler_logprobs, dtype=torch.float64)
-            kl = kl_estimate(mu, torch.tensor(ref_row, dtype=torch.float64), self.cfg.kl_estimator)
-            out.append([self.cfg.kl_coef * float(k) * m for k, m in zip(kl, s.mask, strict=True)])
+            kl = kl_estimate(mu, torch.tensor(ref_row, dtype=torch.float64), self.cfg.objective.kl_estimator)
+            out.append([self.cfg.objective.kl_coef * float(k) * m for k, m in zip(kl, s.mask, strict=True)])
         return out
 
     @torch.no_grad()
@@ -471,11 +467,11 @@ class Trainer:
         """Per-token log-probabilities (or values) under the current weights (or under
         ``model``), aligned to tokens (0 where mask is 0)."""
         out: list[list[float]] = []
-        for chunk in _chunks(list(seqs), self.cfg.micro_batch_size):
+        for chunk in _chunks(list(seqs), self.cfg.optim.micro_batch_size):
             batch = collate(chunk, self.chat.pad_id, self.device)
             lm = self.lm if model is None else model
             res = agent_forward(
-                lm, self.value_head if model is None else None, batch, self.cfg.temperature
+                lm, self.value_head if model is None else None, batch, self.cfg.rollout.temperature
             )
             source = res.values if values else res.logprobs
             assert source is not None
@@ -494,18 +490,18 @@ class Trainer:
         """Step 4: ``epochs x minibatches`` optimizer steps over the kept sequences."""
         cfg = self.cfg
         self.lm.train()
-        old = self._evaluate(seqs, values=False) if cfg.epochs * cfg.minibatches > 1 else None
+        old = self._evaluate(seqs, values=False) if cfg.optim.epochs * cfg.optim.minibatches > 1 else None
         totals: dict[str, float] = {}
         updates = 0
         stopped = False
-        for _ in range(cfg.epochs):
+        for _ in range(cfg.optim.epochs):
             if stopped:
                 break
             order = self.shuffle.permutation(len(seqs)).tolist()
-            for part in range(cfg.minibatches):
+            for part in range(cfg.optim.minibatches):
                 if stopped:
                     break
-                picked = order[part :: cfg.minibatches]
+                picked = order[part :: cfg.optim.minibatches]
                 chosen = [seqs[i] for i in picked]
                 olds = None if old is None else [old[i] for i in picked]
                 stats = self.optimizer_step(chosen, olds)
@@ -517,7 +513,7 @@ class Trainer:
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 # the statistics are summed over processes, so all of them stop together
-                stopped = bool(cfg.target_kl) and stats["approx_kl"] > cfg.target_kl
+                stopped = bool(cfg.optim.target_kl) and stats["approx_kl"] > cfg.optim.target_kl
         self.lm.eval()
         out = _mean_update_metrics(totals, updates)
         out["early_stopped"] = float(stopped)
@@ -533,7 +529,7 @@ class Trainer:
         done. The returned ``updated`` is 0.0 when no token was left to train on."""
         cfg = self.cfg
         versions = torch.tensor([s.version for s in seqs], dtype=torch.long)
-        keep = lag_keep_mask(versions, self.version, cfg.max_lag) if seqs else versions.bool()
+        keep = lag_keep_mask(versions, self.version, cfg.optim.max_lag) if seqs else versions.bool()
         lag = float((self.version - versions).float().mean()) if seqs else 0.0
         stale = float((~keep).sum())
         pairs = [(s, None if old is None else old[i]) for i, s in enumerate(seqs) if keep[i]]
@@ -542,8 +538,8 @@ class Trainer:
         grad_norm = 0.0
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this update uses
         if total_tokens > 0:
-            if cfg.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+            if cfg.optim.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm))
             else:
                 grad_norm = float(
                     torch.nn.utils.get_total_norm(
@@ -584,7 +580,7 @@ class Trainer:
         total_tokens, total_seqs = dist.all_sum([local_tokens, len(pairs)], self.device)
         sums: dict[str, float] = {}
         if total_tokens > 0:
-            for chunk in _chunks(list(pairs), self.cfg.micro_batch_size):
+            for chunk in _chunks(list(pairs), self.cfg.optim.micro_batch_size):
                 for key, value in self._micro_step(chunk, total_tokens, total_seqs).items():
                     sums[key] = sums.get(key, 0.0) + value
         dist.all_reduce_gradients(self.params)
@@ -598,15 +594,15 @@ class Trainer:
     ) -> dict[str, float]:
         cfg = self.cfg
         seqs = [s for s, _ in chunk]
-        seq_weights = _sequence_weights(seqs, cfg.loss_agg, total_seqs, cfg.max_new_tokens)
+        seq_weights = _sequence_weights(seqs, cfg.objective.loss_agg, total_seqs, cfg.rollout.max_new_tokens)
         batch = collate(seqs, self.chat.pad_id, self.device)
         out = agent_forward(
             self.lm,
             self.value_head,
             batch,
-            cfg.temperature,
-            entropy_grad=cfg.entropy_coef > 0,
-            detach_values=cfg.value_detach,
+            cfg.rollout.temperature,
+            entropy_grad=cfg.objective.entropy_coef > 0,
+            detach_values=cfg.objective.value_detach,
         )
         sel = batch.mask[:, 1:]
 
@@ -623,10 +619,10 @@ class Trainer:
         else:
             old = per_token([o for _, o in chunk if o is not None])
         ref = None
-        if self.ref is not None and not cfg.kl_in_reward:
+        if self.ref is not None and not cfg.objective.kl_in_reward:
             with torch.no_grad():
-                ref = agent_forward(self.ref, None, batch, cfg.temperature).logprobs
-        weights = truncated_is_weights(old, mu, cfg.tis_cap)
+                ref = agent_forward(self.ref, None, batch, cfg.rollout.temperature).logprobs
+        weights = truncated_is_weights(old, mu, cfg.optim.tis_cap)
         values = returns = old_values = None
         if self.value_head is not None:
             values = out.values
@@ -669,9 +665,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         name = "trajectories.sqlite" if self.rank == 0 else f"trajectories.rank{self.rank}.sqlite"
         now = time.time()
-        eps = [
-            stored_episode(t.record(), self.cfg, self.step, str(self.run_dir), now) for t in trajs
-        ]
+        eps = [stored_episode(t, self.cfg, self.step, str(self.run_dir), now) for t in trajs]
         with TrajectoryStore(self.run_dir / name) as store:
             store.add_many(eps)
 
@@ -697,42 +691,32 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _summary(t: Trajectory) -> dict[str, Any]:
-    return {
-        "task": t.job.task_id,
-        "return": t.ret,
-        "success": t.success,
-        "valid": t.valid,
-        "turns": len(t.actions),
-        "components": t.reward_components,
-        "truncated": bool(t.context.get("truncated")),
-        "segments": len(t.segments),
-    }
-
-
-def _by_task(summaries: Sequence[dict[str, Any]]) -> dict[str, list[bool]]:
+def _by_task(gathered: Sequence[tuple[str | None, EpisodeSummary, int]]) -> dict[str, list[bool]]:
+    """Each curriculum task's valid episodes' successes (a job's task, not the env's)."""
     out: dict[str, list[bool]] = {}
-    for s in summaries:
-        if s["valid"] and s["task"] is not None:
-            out.setdefault(s["task"], []).append(bool(s["success"]))
+    for task, ep, _ in gathered:
+        if ep.valid and task is not None:
+            out.setdefault(task, []).append(ep.success)
     return out
 
 
-def _episode_metrics(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
-    valid = [s for s in summaries if s["valid"]]
-    n = max(len(valid), 1)
+def _train_metrics(gathered: Sequence[tuple[str | None, EpisodeSummary, int]]) -> dict[str, float]:
+    """The step's episode metrics under the trainer's log names: the shared
+    :func:`~agentgym_envs.eval.metrics.episode_metrics`, plus segments per episode (token
+    data only the trainer has)."""
+    m = episode_metrics([ep for _, ep, _ in gathered])
+    valid = max(m["valid"], 1)
     metrics = {
-        "episodes": float(len(summaries)),
-        "reward": sum(s["return"] for s in valid) / n,
-        "success": sum(s["success"] for s in valid) / n,
-        "env_error_rate": 1.0 - len(valid) / max(len(summaries), 1),
-        "turns": sum(s["turns"] for s in valid) / n,
-        "context_truncated_rate": sum(s["truncated"] for s in valid) / n,
-        "segments_per_episode": sum(s["segments"] for s in valid) / n,
+        "episodes": float(m["episodes"]),
+        "reward": m["mean_return"],
+        "success": m["success_rate"],
+        "env_error_rate": m["env_error_rate"],
+        "turns": m["mean_steps"],
+        "context_truncated_rate": m["truncations"].get(Truncation.CONTEXT_LIMIT.value, 0) / valid,
+        "segments_per_episode": sum(n for _, ep, n in gathered if ep.valid) / valid,
     }
-    names = sorted({k for s in valid for k in s["components"]})
-    for name in names:
-        metrics[f"reward/{name}"] = sum(s["components"].get(name, 0.0) for s in valid) / n
+    for name, mean in m["mean_reward_components"].items():
+        metrics[f"reward/{name}"] = mean
     return metrics
 
 

@@ -1,10 +1,13 @@
 """The base of the business simulators: a SQLite world, a policy, a simulated user.
 
-A domain (retail, calendar) subclasses :class:`BusinessEnv` and adds only what is its
-own: the world builder, its tools (SQL against ``self.db``), its rule gates, the slot
-vocabulary of its user, and its task generator. This base provides the conversation
-(``respond`` and plain text go to the simulated user), authentication, the generic
-policy gates, grading by database state and the milestones.
+A domain (the ``retail`` and ``calendar`` subpackages) is a small subclass of
+:class:`BusinessEnv` that adds only what is its own: the world builder, its tool groups
+(:mod:`~agentgym_envs.business.toolsets`: SQL against the episode's database), its rule
+gates, the slot vocabulary of its user, and its task generator. This base provides the
+conversation (``respond`` and plain text go to the simulated user), authentication, the
+generic policy gates (:mod:`~agentgym_envs.business.rules`), grading by database state
+(a typed :class:`~agentgym_envs.business.episode.Verdict`), snapshots (a frozen
+:class:`~agentgym_envs.business.episode.BusinessWorld`) and the milestones.
 
 Grading: when the conversation ends (the user has what it wanted, or the agent
 transferred to a human), the rows that differ from the pristine world must equal the
@@ -40,90 +43,39 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from agentgym_envs.business.answers import AnswerReader
 from agentgym_envs.business.db import EpisodeDB, changes_digest, pristine, world_bytes
+from agentgym_envs.business.episode import PENDING, SUCCESS, BusinessWorld, GradeState, Verdict
+from agentgym_envs.business.oracle import GoldConversationOracle
 from agentgym_envs.business.policy import Rule, RuleGate, policy_document
-from agentgym_envs.business.user import Request, SimulatedUser, UserGoal, write_key
+from agentgym_envs.business.rules import GENERIC_GATES, GENERIC_RULES, ids_in
+from agentgym_envs.business.toolsets import ToolGroup, install_tool_groups, json_result
+from agentgym_envs.business.user import (
+    Request,
+    RequestKind,
+    SimulatedUser,
+    UserGoal,
+    write_key,
+)
 from agentgym_envs.core.env import AgentEnv
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.core.faults import REFUSED_KINDS, FaultKind
 from agentgym_envs.core.tasks import Task
 from agentgym_envs.core.tools import IDEMPOTENCY_KEY, ToolCall, ToolKind, ToolResult, tool
 from agentgym_envs.core.verifiers import Milestone
 
-AUTHENTICATE = Rule(
-    "auth-first",
-    "authenticate first",
-    "Before reading private data or changing anything, authenticate the user by finding "
-    "their user id from what they tell you (email, or name and zip code).",
-)
-OWN_DATA = Rule(
-    "own-data-only",
-    "act for the authenticated user only",
-    "Only read or change records that belong to the authenticated user.",
-)
-CONFIRM_WRITES = Rule(
-    "confirm-writes",
-    "explicit confirmation",
-    "Before any change, list the action and its details to the user and get an explicit "
-    "yes. Then perform exactly the action the user confirmed.",
-)
-NO_INVENTED_IDS = Rule(
-    "no-invented-ids",
-    "no invented ids",
-    "Use only ids that you have seen in tool results or that the user told you.",
-)
-GENERIC_RULES = (AUTHENTICATE, OWN_DATA, CONFIRM_WRITES, NO_INVENTED_IDS)
-
-
-class AuthenticateFirstGate(RuleGate):
-    rule = AUTHENTICATE
-
-    def broken(self, env: Any, call: ToolCall) -> str | None:
-        spec = env.toolset.canonical(call.name)
-        needs = call.name in env.private_tools or spec.kind is ToolKind.WRITE
-        if needs and env.auth_user is None:
-            return f"{call.name} needs an authenticated user and none is authenticated"
-        return None
-
-
-class OwnDataOnlyGate(RuleGate):
-    rule = OWN_DATA
-
-    def broken(self, env: Any, call: ToolCall) -> str | None:
-        owner = env.record_owner(call)
-        if owner is not None and env.auth_user is not None and owner != env.auth_user:
-            return f"{call.name} touches a record of user {owner}, not of {env.auth_user}"
-        return None
-
-
-class ConfirmedWriteGate(RuleGate):
-    rule = CONFIRM_WRITES
-
-    def broken(self, env: Any, call: ToolCall) -> str | None:
-        if env.toolset.canonical(call.name).kind is not ToolKind.WRITE:
-            return None
-        args = {k: v for k, v in call.arguments.items() if k != IDEMPOTENCY_KEY}
-        if write_key({"tool": call.name, "args": args}) in env.confirmed_writes:
-            return None
-        return f"the user has not confirmed {call.name} with these arguments"
-
-
-class KnownIdsGate(RuleGate):
-    rule = NO_INVENTED_IDS
-
-    def broken(self, env: Any, call: ToolCall) -> str | None:
-        if env.toolset.canonical(call.name).kind is not ToolKind.WRITE:
-            return None
-        unseen = sorted(i for i in _ids_in(call.arguments, env.id_pattern) if i not in env.seen_ids)
-        return f"{call.name} uses ids never seen in this conversation: {unseen}" if unseen else None
+G = TypeVar("G", bound=ToolGroup)
 
 
 class BusinessEnv(AgentEnv):
-    """Base class of the SQLite business simulators (see the module docstring)."""
+    """Base class of the SQLite business simulators (see the module docstring).
+
+    A domain is a small subclass: it declares its world, policy and user vocabulary as
+    class attributes, names the :class:`~agentgym_envs.business.toolsets.ToolGroup`
+    classes its tools live in (``tool_groups``) and implements the few hooks below.
+    """
 
     family = "business"
     accepts_messages = True
@@ -146,10 +98,18 @@ class BusinessEnv(AgentEnv):
     write_verbs: ClassVar[Sequence[str]] = ()
     id_pattern: ClassVar[re.Pattern[str]] = re.compile(r"$^")
     answer_reader: ClassVar[AnswerReader] = AnswerReader()
+    tool_groups: ClassVar[tuple[type[ToolGroup], ...]] = ()  # the domain's tools
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # the groups' tools become methods of the class before the core collects them
+        if "tool_groups" in vars(cls):
+            install_tool_groups(cls, cls.tool_groups)
+        super().__init_subclass__(**kwargs)
 
     def __init__(
         self, *, world_size: str | int = "default", rule_mode: str = "stop", **kwargs: Any
     ) -> None:
+        self._tool_groups: dict[type[ToolGroup], ToolGroup] = {}
         super().__init__(**kwargs)
         if isinstance(world_size, str):
             if world_size not in self.world_sizes:
@@ -161,14 +121,7 @@ class BusinessEnv(AgentEnv):
         if not isinstance(world_size, int) or world_size < 10:
             raise ConfigError(f"world_size must be at least 10 users, got {world_size!r}")
         self.world_size = world_size
-        # most specific first: an invented id is reported as such, not as unconfirmed
-        gate_types: tuple[type[RuleGate], ...] = (
-            AuthenticateFirstGate,
-            KnownIdsGate,
-            OwnDataOnlyGate,
-            ConfirmedWriteGate,
-        )
-        self.gates.extend(g(rule_mode) for g in (*gate_types, *self.domain_gates))
+        self.gates.extend(g(rule_mode) for g in (*GENERIC_GATES, *self.domain_gates))
         self.db = EpisodeDB()
         self.auth_user: str | None = None
         self.seen_ids: set[str] = set()  # ids in anything the agent was shown
@@ -179,9 +132,17 @@ class BusinessEnv(AgentEnv):
         self._writes: tuple[str, ...] = ()  # keys of confirmed writes applied, in order
         self._chain = ""  # digest of every applied write, in order (the world's key)
         self._transferred = False
-        self._verdict: str | None = None  # None: not graded yet; "" success; else why not
+        self._verdict = PENDING
         self._trial = 0
         self.user: SimulatedUser | None = None
+
+    def tool_group(self, kind: type[G]) -> G:
+        """This env's instance of the tool group ``kind`` (made on first use)."""
+        group = self._tool_groups.get(kind)
+        if group is None:
+            group = self._tool_groups[kind] = kind(self)
+        assert isinstance(group, kind)
+        return group
 
     # -- hooks a domain implements --------------------------------------------------------
 
@@ -253,11 +214,11 @@ class BusinessEnv(AgentEnv):
         return ToolResult(f"User: {reply.text}")
 
     def _satisfied(self, request: Request) -> bool:
-        if request.kind == "transfer":
+        if request.kind is RequestKind.TRANSFER:
             return self._transferred
-        if request.kind == "refuse":  # nothing changed while asked, the reason was read
+        if request.kind is RequestKind.REFUSE:  # nothing changed while asked, reason read
             return len(self._writes) == self._asked_writes and self._refusal_read(request)
-        if request.kind == "question":
+        if request.kind is RequestKind.QUESTION:
             return self._answer_read(request)
         write, _ = self.user.expected_write() if self.user else (None, ())
         return write is not None and write_key(write) in self._writes
@@ -300,7 +261,7 @@ class BusinessEnv(AgentEnv):
             if call.name != "respond":
                 self.fetched_ids.update(self.id_pattern.findall(result.text))
             if call.name != "respond" and self.auth_user is not None:
-                shown = {*_ids_in(call.arguments, self.id_pattern)}
+                shown = {*ids_in(call.arguments, self.id_pattern)}
                 shown.update(self.id_pattern.findall(result.text))
                 self.reads.update(f"{call.name} {i}" for i in shown)
             return
@@ -312,7 +273,7 @@ class BusinessEnv(AgentEnv):
     @staticmethod
     def as_json(data: Any) -> ToolResult:
         """A tool result carrying ``data`` as compact JSON text."""
-        return ToolResult(json.dumps(data, sort_keys=True, default=str), data=data)
+        return json_result(data)
 
     # -- world hooks --------------------------------------------------------------------
 
@@ -330,7 +291,7 @@ class BusinessEnv(AgentEnv):
         self._writes = ()
         self._chain = ""
         self._transferred = False
-        self._verdict = None
+        self._verdict = PENDING
         self._trial = int(self.np_random.integers(2**31 - 1))
         self.user = SimulatedUser(
             _goal(task),
@@ -354,33 +315,34 @@ class BusinessEnv(AgentEnv):
     def on_observation(self, text: str) -> None:
         self.seen_ids.update(self.id_pattern.findall(text))
 
-    def _get_world(self) -> tuple[Any, ...]:
+    def _get_world(self) -> BusinessWorld:
         assert self.user is not None
-        return (
-            self.db.dump(),
-            self.auth_user,
-            tuple(sorted(self.seen_ids)),
-            tuple(sorted(self.fetched_ids)),
-            tuple(sorted(self.confirmed_writes)),
-            self._writes,
-            self._chain,
-            self._transferred,
-            self._verdict,
-            self._trial,
-            self.user.get_state(),
-            tuple(sorted(self.reads)),
-            self._asked_writes,
+        return BusinessWorld(
+            database=self.db.dump(),
+            auth_user=self.auth_user,
+            seen_ids=tuple(sorted(self.seen_ids)),
+            fetched_ids=tuple(sorted(self.fetched_ids)),
+            confirmed_writes=tuple(sorted(self.confirmed_writes)),
+            writes=self._writes,
+            chain=self._chain,
+            transferred=self._transferred,
+            verdict=self._verdict,
+            trial=self._trial,
+            user_state=self.user.get_state(),
+            reads=tuple(sorted(self.reads)),
+            asked_writes=self._asked_writes,
         )
 
-    def _set_world(self, world: tuple[Any, ...]) -> None:
-        data, self.auth_user, seen, fetched, confirmed, self._writes, self._chain = world[:7]
-        self._transferred, self._verdict, self._trial, user_state = world[7:11]
-        reads, self._asked_writes = world[11:]
-        self.reads = set(reads)
+    def _set_world(self, world: BusinessWorld) -> None:
         assert self._task is not None
-        self.db.load(data, self.db._base)  # type: ignore[arg-type]
-        self.seen_ids, self.fetched_ids = set(seen), set(fetched)
-        self.confirmed_writes = set(confirmed)
+        self.db.load(world.database, self.db._base)  # type: ignore[arg-type]
+        self.auth_user = world.auth_user
+        self.seen_ids, self.fetched_ids = set(world.seen_ids), set(world.fetched_ids)
+        self.confirmed_writes = set(world.confirmed_writes)
+        self._writes, self._chain = world.writes, world.chain
+        self._transferred, self._verdict = world.transferred, world.verdict
+        self._trial = world.trial
+        self.reads, self._asked_writes = set(world.reads), world.asked_writes
         self.user = SimulatedUser(
             _goal(self._task),
             self.slot_synonyms,
@@ -388,7 +350,7 @@ class BusinessEnv(AgentEnv):
             (self._task.seed, self._trial),
             self.answer_reader,
         )
-        self.user.set_state(user_state)
+        self.user.set_state(world.user_state)
 
     def _world_key(self) -> Any:
         assert self.user is not None
@@ -402,38 +364,40 @@ class BusinessEnv(AgentEnv):
         )
 
     def _goal_reached(self) -> bool:
-        return self._grade() == ""
+        return self._grade().state is GradeState.SUCCESS
 
     def _dead_end(self) -> str | None:
         verdict = self._grade()
-        return verdict or None
+        return verdict.reason if verdict.state is GradeState.FAILURE else None
 
-    def _grade(self) -> str | None:
-        """None while the conversation goes on; then "" for success or why it failed."""
+    def _grade(self) -> Verdict:
+        """PENDING while the conversation goes on; then SUCCESS, or FAILURE and why."""
         user = self.user
         assert user is not None and self._task is not None
         if not user.state.done:
-            return None
-        if self._verdict is None:
+            return PENDING
+        if self._verdict.state is GradeState.PENDING:
             self._verdict = self._verify(self._task)
         return self._verdict
 
-    def _verify(self, task: Task) -> str:
+    def _verify(self, task: Task) -> Verdict:
         assert self.user is not None
         if self.user.state.failed:
-            return f"the user left unserved: {self.user.state.failed}"
+            return Verdict.failure(f"the user left unserved: {self.user.state.failed}")
         expected = task.spec["expected"]
         changes = self.db.changes(ignore=self.ignored_tables)
         if changes_digest(changes) != expected["digest"]:
             got = {t: sorted(rows) for t, rows in changes.items()}
             want = expected.get("rows", {})
-            return f"the database does not match the goal (changed rows {got}, expected {want})"
+            return Verdict.failure(
+                f"the database does not match the goal (changed rows {got}, expected {want})"
+            )
         if self._transferred != bool(expected.get("transfer", False)):
-            return "the transfer to a human was " + ("wrong" if self._transferred else "missing")
-        assert self.user is not None
+            wrong = "wrong" if self._transferred else "missing"
+            return Verdict.failure(f"the transfer to a human was {wrong}")
         if self.user.state.index < len(self.user.goal.requests) and not self._transferred:
-            return "the user's requests were not all met"
-        return ""
+            return Verdict.failure("the user's requests were not all met")
+        return SUCCESS
 
     def _milestones(self) -> Sequence[Milestone]:
         spec = self._task.spec if self._task else {}
@@ -442,7 +406,7 @@ class BusinessEnv(AgentEnv):
         wanted = [
             {write_key(w) for w in (r["write"], (r.get("fallback") or {}).get("write")) if w}
             for r in spec["user"]["requests"]
-            if r["kind"] == "write"
+            if r["kind"] == RequestKind.WRITE
         ]
         writes = len(wanted)
         out = [
@@ -491,8 +455,8 @@ class BusinessEnv(AgentEnv):
         task: Task | None = generate(seed, difficulty, split, world_size=self.world_size)
         return task
 
-    def oracle(self) -> PlanOracle:
-        return PlanOracle(self)
+    def oracle(self) -> GoldConversationOracle:
+        return GoldConversationOracle(self)
 
     @classmethod
     def task_key(cls, task: Task) -> Any:
@@ -512,42 +476,6 @@ class BusinessEnv(AgentEnv):
         self.db.close()
 
 
-class PlanOracle:
-    """Follows the task's gold conversation, repeating a call the infrastructure failed
-    (timeout, rate limit, empty result, or another refused fault; the same idempotency
-    key makes a repeated write safe). After a snapshot restore it finds its place by
-    matching the env's history."""
-
-    _RETRY = ("timeout", "rate_limited")
-    _REPEAT = frozenset(k.value for k in REFUSED_KINDS | {FaultKind.EMPTY_RESULT})
-
-    def __init__(self, env: BusinessEnv) -> None:
-        self.env = env
-        self._plan = env.task.solution
-        self._canon = [env.parser.parse(env.localize_action(a)).canonical for a in self._plan]
-        self._index = self._position()
-
-    def _position(self) -> int:
-        i = 0
-        for entry in self.env._history:
-            if i < len(self._canon) and entry == self._canon[i]:
-                i += 1
-        return i
-
-    def act(self) -> str:
-        info = self.env.last_info
-        if info is not None and self._index > 0 and info["step"] == self.env.steps_taken:
-            calls = info["tool_calls"]
-            faulted = any(c["fault"] in self._REPEAT for c in calls)
-            if info["error"].get("code") in self._RETRY or faulted:
-                return self._plan[self._index - 1]
-        if self._index >= len(self._plan):
-            return self.env.noop_action
-        action = self._plan[self._index]
-        self._index += 1
-        return action
-
-
 _GOALS: dict[str, tuple[Any, UserGoal]] = {}
 
 
@@ -560,17 +488,6 @@ def _goal(task: Task) -> UserGoal:
             _GOALS.clear()
         cached = _GOALS[task.id] = (spec, UserGoal.from_json(spec))
     return cached[1]
-
-
-def _ids_in(value: Any, pattern: re.Pattern[str]) -> Iterator[str]:
-    if isinstance(value, str):
-        yield from pattern.findall(value)
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _ids_in(v, pattern)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _ids_in(v, pattern)
 
 
 def gold_changes(env: BusinessEnv, task: Task, actions: Sequence[str]) -> dict[str, Any]:

@@ -32,11 +32,13 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 from agentgym_envs.business.answers import AnswerReader
+from agentgym_envs.core.errors import ConfigError, did_you_mean
 
 QUESTION_CUES = (
     "?",
@@ -115,14 +117,37 @@ _WRONG_ANSWER = (
 _NEXT = ("Thanks. One more thing:", "Great. Also,", "Thank you. There's something else:")
 
 
+class RequestKind(StrEnum):
+    """What a request asks of the agent (its value is the task data's ``kind``)."""
+
+    WRITE = "write"  # a change the agent must make
+    QUESTION = "question"  # facts the agent must tell
+    REFUSE = "refuse"  # something the policy forbids: the agent must decline
+    TRANSFER = "transfer"  # only a human can help
+
+    @classmethod
+    def parse(cls, value: str) -> RequestKind:
+        """The kind named ``value``.
+
+        Raises:
+            ConfigError: ``value`` names no kind.
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            names = [k.value for k in cls]
+            raise ConfigError(
+                f"request kind must be one of {names}, got {value!r}."
+                f"{did_you_mean(str(value), names)}"
+            ) from None
+
+
 @dataclass(frozen=True)
 class Request:
     """One thing the user wants, as plain data in the task spec.
 
     Attributes:
-        kind: ``write`` (a change the agent must make), ``question`` (facts the agent
-            must tell), ``refuse`` (something policy forbids: the agent must decline) or
-            ``transfer`` (only a human can help).
+        kind: what the request asks of the agent (see :class:`RequestKind`).
         intent: a short label (``cancel_order``), for stats.
         say: paraphrases of how the user states the request (one is drawn).
         slots: fields of this request the user can tell when asked.
@@ -134,7 +159,7 @@ class Request:
             what the user accepts once told its first choice is unavailable.
     """
 
-    kind: str
+    kind: RequestKind
     intent: str
     say: tuple[str, ...]
     slots: Mapping[str, str] = field(default_factory=dict)
@@ -147,7 +172,7 @@ class Request:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Request:
         return cls(
-            kind=data["kind"],
+            kind=RequestKind.parse(data["kind"]),
             intent=data["intent"],
             say=tuple(data["say"]),
             slots=dict(data.get("slots", {})),
@@ -250,7 +275,7 @@ class SimulatedUser:
     def expected_write(self) -> tuple[Mapping[str, Any] | None, tuple[str, ...]]:
         """The write the user wants now and the strings a proposal must name."""
         req = self.request
-        if req is None or req.kind != "write":
+        if req is None or req.kind is not RequestKind.WRITE:
             return None, ()
         if self.state.fallback and req.fallback is not None:
             return req.fallback["write"], tuple(req.fallback.get("mentions", ()))
@@ -288,12 +313,12 @@ class SimulatedUser:
         parts = self._answer_slots(text, req, rng)
         confirmed: Mapping[str, Any] | None = None
         proposing = _has(text, CONFIRM_CUES)
-        if req.kind == "write" and not self.state.confirmed and proposing:
+        if req.kind is RequestKind.WRITE and not self.state.confirmed and proposing:
             confirmed = self._judge_proposal(text, req, rng, parts, context)
-        elif req.kind != "write" and proposing and _has(text, self.write_verbs):
+        elif req.kind is not RequestKind.WRITE and proposing and _has(text, self.write_verbs):
             parts.append(f"{_pick(rng, _NO_CHANGE)} {_pick(rng, req.say)}")
         if (
-            req.kind == "write"
+            req.kind is RequestKind.WRITE
             and req.fallback is not None
             and not self.state.fallback
             and _has(text, UNAVAILABLE_CUES)
@@ -366,14 +391,14 @@ class SimulatedUser:
     def _met(self, req: Request, message: str, satisfied: Callable[[Request], bool]) -> bool | None:
         """True: the request is met; False: the message was its answer and a wrong one
         (final); None: not met yet."""
-        if req.kind == "question":
+        if req.kind is RequestKind.QUESTION:
             if not self.reader.attempts(message, req.answer):
                 return None
             return self.reader.answers(message, req.answer) and satisfied(req)
-        if req.kind == "refuse":
+        if req.kind is RequestKind.REFUSE:
             return (self.reader.refuses(message, req.say) and satisfied(req)) or None
-        text = message.lower()
-        return (satisfied(req) and (req.kind == "transfer" or _has(text, DONE_CUES))) or None
+        told = req.kind is RequestKind.TRANSFER or _has(message.lower(), DONE_CUES)
+        return (satisfied(req) and told) or None
 
     def _advance(self, rng: np.random.Generator) -> str:
         self.state.index += 1

@@ -6,6 +6,8 @@ from agentgym_envs.core.errors import (
     AgentGymError,
     ConfigError,
     EnvNotFoundError,
+    HookNotImplementedError,
+    PluginError,
     ResetNeeded,
     SchemaError,
     StateError,
@@ -17,6 +19,7 @@ from agentgym_envs.core.info import ErrorCode, Outcome, StepInfo, ToolStatus
 from agentgym_envs.core.ledger import CostLedger
 from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
 from agentgym_envs.core.spaces import PRINTABLE_CHARSET, TextSpace, sanitize
+from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.core.state import EnvState, fingerprint
 from agentgym_envs.core.tasks import DIFFICULTIES, SPLITS, Task, TaskSet, load_task_set
 from agentgym_envs.core.tools import Tool, ToolCall, ToolKind, ToolResult, ToolSet, tool
@@ -32,22 +35,26 @@ __all__ = [
     "AgentGymError",
     "ConfigError",
     "CostLedger",
+    "EffectsGate",
     "EnvNotFoundError",
     "EnvState",
     "ErrorCode",
     "GateMode",
     "GateVerdict",
+    "HookNotImplementedError",
     "Invariant",
     "Milestone",
     "MilestoneTracker",
     "Oracle",
     "Outcome",
     "ParsedAction",
+    "PluginError",
     "ResetNeeded",
     "RewardConfig",
     "RewardTally",
     "SafetyGate",
     "SchemaError",
+    "StagedEffects",
     "StateError",
     "StepInfo",
     "Task",

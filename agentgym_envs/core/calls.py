@@ -1,8 +1,11 @@
-"""Running one parsed tool call: gates, idempotent replays, injected faults, retries.
+"""Running one parsed tool call: gates, staged effects, idempotent replays, injected
+faults, retries.
 
 The env's step loop hands each call to :class:`CallRunner`, which decides what happened
 to it and classifies failures: a gate verdict is the policy's doing, a backend crash
-or a fault that outlasts the retry budget is the environment's (``ENV_ERROR``).
+or a fault that outlasts the retry budget is the environment's (``ENV_ERROR``). A
+staged tool (``@tool(staged=True)``, see ``core.staging``) runs on a scratch copy
+first; its effects are checked by the effect gates before the handler commits them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,11 +22,20 @@ import numpy as np
 from agentgym_envs.core.errors import TransientToolError
 from agentgym_envs.core.faults import REFUSED_KINDS, FaultConfig, FaultKind
 from agentgym_envs.core.gates import GateMode, SafetyGate
-from agentgym_envs.core.info import ErrorCode, Outcome, SafetyInfo, ToolStatus
+from agentgym_envs.core.info import (
+    ErrorCode,
+    ErrorInfo,
+    Outcome,
+    SafetyInfo,
+    ToolCallInfo,
+    ToolStatus,
+)
+from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.core.tools import IDEMPOTENCY_KEY, Tool, ToolCall, ToolKind, ToolResult
 
 logger = logging.getLogger(__name__)
 _FAULT_STREAM = 0xFA17  # the fault RNG's own stream, beside the env's RNG
+_SIMPLE = (str, int, float, bool, type(None))
 
 
 @dataclass(slots=True)
@@ -39,6 +52,27 @@ class CallRecord:
     failure: str = ""  # why the env failed (ENV_ERROR only)
     executed: bool = False  # the handler ran (not refused, not replayed)
     committed: ToolResult | None = None  # what the handler returned when a fault hid it
+
+
+@dataclass(slots=True)
+class Turn:
+    """What executing one action produced (the step loop's execute phase)."""
+
+    calls: list[ToolCallInfo] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
+    error: ErrorInfo = field(default_factory=lambda: ErrorInfo())
+    safety: SafetyInfo = field(default_factory=lambda: SafetyInfo())
+    outcome: Outcome = Outcome.CONTINUE
+    cost: float = 0.0
+    errors: int = 0  # policy errors (parse, unknown tool, bad arguments, blocked)
+
+
+def fresh_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of parsed arguments that callers may mutate (parses are cached)."""
+    if all(type(v) in _SIMPLE for v in arguments.values()):
+        return dict(arguments)
+    result: dict[str, Any] = json.loads(json.dumps(arguments))
+    return result
 
 
 class CallRunner:
@@ -84,8 +118,20 @@ class CallRunner:
                 self._rng = np.random.default_rng()
             self._rng.bit_generator.state = state["rng"]
 
-    def run(self, env: Any, spec: Tool, call: ToolCall, gates: list[SafetyGate]) -> CallRecord:
-        """Gate, then execute ``call`` on ``env`` (whose method ``spec.handler`` runs it)."""
+    def run(
+        self,
+        env: Any,
+        spec: Tool,
+        call: ToolCall,
+        gates: Sequence[SafetyGate],
+        effect_gates: Sequence[EffectsGate] = (),
+    ) -> CallRecord:
+        """Gate, then execute ``call`` on ``env`` (whose method ``spec.handler`` runs it).
+
+        A staged tool is first run by ``env.stage_call(call)``; ``effect_gates`` check
+        the staged effects, and the handler commits them (``handler(staged, **args)``).
+        Effects that are not committed are discarded before this returns.
+        """
         args = dict(call.arguments)
         key = str(args.pop(IDEMPOTENCY_KEY, "") or "") if spec.idempotent else ""
         if key and key in self._replays:  # the call was allowed and applied already
@@ -94,6 +140,35 @@ class CallRunner:
             verdict = gate.check(env, call)
             if verdict is not None:
                 return _gated(call, verdict.gate, verdict.mode, verdict.reason)
+        if not spec.staged:
+            return self._run_checked(env, spec, call, args, key, None)
+        staged, stage_ms = self._stage(env, call)
+        if isinstance(staged, CallRecord):
+            return staged
+        try:
+            for effects_gate in effect_gates:
+                verdict = effects_gate.check(env, call, staged)
+                if verdict is not None:
+                    return _gated(call, verdict.gate, verdict.mode, verdict.reason)
+            record = self._run_checked(env, spec, call, args, key, staged)
+            if self.timing == "wall" and record.executed:
+                record.latency_ms += stage_ms  # the call ran while it was staged
+            return record
+        finally:
+            staged.discard()  # a no-op once the handler committed it
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _run_checked(
+        self,
+        env: Any,
+        spec: Tool,
+        call: ToolCall,
+        args: dict[str, Any],
+        key: str,
+        staged: StagedEffects | None,
+    ) -> CallRecord:
+        """Faults, then the handler (for a staged tool: the commit), then its result."""
         fault, after = self._draw_fault(spec)
         if fault in REFUSED_KINDS or (fault is FaultKind.TIMEOUT and not after):
             return self._faulted(spec, fault, call)
@@ -101,7 +176,7 @@ class CallRunner:
             return CallRecord(ToolStatus.ENV_ERROR, None, Outcome.ENV_ERROR, fault=fault.value,
                               failure=f"tool {call.name}: injected transient fault outlasted "
                               f"{self.retries} retries")  # fmt: skip
-        record = self._execute(env, spec, call.name, args)
+        record = self._execute(env, spec, call.name, args, staged)
         if record.result is not None and record.result.violation is not None:
             name, reason = record.result.violation  # caught while it ran: a hard stop
             stopped = _gated(call, name, GateMode.STOP, reason)
@@ -121,17 +196,17 @@ class CallRunner:
             record.result = ToolResult("(no results)", data=[])
         return record
 
-    # -- internals ---------------------------------------------------------------------
-
-    def _execute(self, env: Any, spec: Tool, name: str, args: dict[str, Any]) -> CallRecord:
-        handler = getattr(env, spec.handler)
+    def _attempt(self, name: str, run: Callable[[], Any]) -> tuple[Any, Exception | None, float]:
+        """``run()`` with retries after a ``TransientToolError``: (what it returned or
+        None, the last exception or None, the last attempt's wall time in ms)."""
         result: Any = None
         last: Exception | None = None
         start = time.perf_counter()
         for attempt in range(self.retries + 1):
             start = time.perf_counter()
             try:
-                result = handler(**args)
+                result = run()
+                last = None
                 break
             except TransientToolError as exc:
                 logger.warning("tool %s failed (attempt %d): %s", name, attempt, exc)
@@ -140,6 +215,33 @@ class CallRunner:
                 logger.exception("tool %s crashed", name)
                 last = exc
                 break
+        return result, last, (time.perf_counter() - start) * 1000.0
+
+    def _stage(self, env: Any, call: ToolCall) -> tuple[StagedEffects | CallRecord, float]:
+        """Run a staged tool's call on a scratch copy (``env.stage_call``): its effects,
+        or the ``ENV_ERROR`` record of a stage that failed; and the time it took."""
+        staged, last, elapsed = self._attempt(call.name, lambda: env.stage_call(call))
+        if isinstance(staged, StagedEffects):
+            return staged, elapsed
+        why = (
+            f"{type(last).__name__}: {last}"
+            if last is not None
+            else f"stage_call returned {type(staged).__name__}, not StagedEffects"
+        )
+        failure = f"tool {call.name} failed while staged: {why}"
+        return CallRecord(ToolStatus.ENV_ERROR, None, Outcome.ENV_ERROR, failure=failure), elapsed
+
+    def _execute(
+        self,
+        env: Any,
+        spec: Tool,
+        name: str,
+        args: dict[str, Any],
+        staged: StagedEffects | None = None,
+    ) -> CallRecord:
+        handler = getattr(env, spec.handler)
+        run = (lambda: handler(**args)) if staged is None else (lambda: handler(staged, **args))
+        result, last, elapsed = self._attempt(name, run)
         if not isinstance(result, ToolResult):
             why = (
                 f"{type(last).__name__}: {last}"
@@ -148,7 +250,6 @@ class CallRunner:
             )
             return CallRecord(ToolStatus.ENV_ERROR, None, Outcome.ENV_ERROR,
                               failure=f"tool {name} failed: {why}")  # fmt: skip
-        elapsed = (time.perf_counter() - start) * 1000.0
         status = ToolStatus.OK if result.error_code is None else ToolStatus.ERROR
         latency = spec.duration_ms if self.timing == "virtual" else elapsed
         return CallRecord(status, result, cost=spec.cost, latency_ms=latency, executed=True)

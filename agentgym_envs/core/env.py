@@ -12,22 +12,25 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 import gymnasium as gym
 
 from agentgym_envs.core.actions import ActionParser, ParsedAction
-from agentgym_envs.core.calls import CallRecord, CallRunner
+from agentgym_envs.core.calls import CallRecord, CallRunner, Turn, fresh_arguments
 from agentgym_envs.core.errors import (
     ConfigError,
+    HookNotImplementedError,
     ResetNeeded,
+    SchemaError,
     StateError,
-    did_you_mean,
 )
 from agentgym_envs.core.faults import FaultConfig
 from agentgym_envs.core.gates import SafetyGate
+from agentgym_envs.core.hooks import HOOKS
 from agentgym_envs.core.info import (
+    OUTCOME_TEXT,
     ErrorCode,
     ErrorInfo,
     Outcome,
@@ -39,16 +42,17 @@ from agentgym_envs.core.info import (
 from agentgym_envs.core.ledger import CostLedger
 from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
 from agentgym_envs.core.spaces import TextSpace, sanitize
+from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.core.state import EnvState, fingerprint
-from agentgym_envs.core.tasks import DEFAULT_COUNTS, SPLITS, Task, TaskSet, load_task_set
+from agentgym_envs.core.tasks import DEFAULT_COUNTS, Task, TaskSet, load_task_set
 from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
+from agentgym_envs.core.validation import check_reset_options, play_validation
 from agentgym_envs.core.variants import Variant, check_variant, localize, localizing, rename_calls
 from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
 
 logger = logging.getLogger(__name__)
 
-RESET_OPTIONS = ("task_id", "split", "difficulty", "task_seed", "verifier_seed")
-_SIMPLE = (str, int, float, bool, type(None))
+_STANDARD_KEYS = frozenset(StepInfo.__annotations__)  # extra_info may not shadow these
 
 
 class Oracle(Protocol):
@@ -88,6 +92,7 @@ class AgentEnv(gym.Env[str, str], ABC):
     version: ClassVar[str] = "1"
     verifier_version: ClassVar[str] = "1"
     task_file: ClassVar[str] = ""
+    task_dir: ClassVar[Path | None] = None  # task_file's folder; None: agentgym's tasks/
     accepts_messages: ClassVar[bool] = False
     example_action: ClassVar[str] = ""
     noop_action: ClassVar[str] = ""
@@ -96,10 +101,17 @@ class AgentEnv(gym.Env[str, str], ABC):
     task_counts: ClassVar[Mapping[str, int]] = DEFAULT_COUNTS  # per split and difficulty
     conformance_episodes: ClassVar[int] = 50  # oracle episodes per difficulty in `check`
     toolset: ToolSet  # the class's tools; an instance may swap in renamed ones (tool OOD)
+    HOOKS: ClassVar[Mapping[str, str]] = HOOKS  # the methods a family may override (core.hooks)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.toolset = ToolSet.from_class(cls)
+        staged = [t.name for t in cls.toolset.values() if t.staged]
+        if staged and cls.stage_call is AgentEnv.stage_call:
+            raise SchemaError(
+                f"{cls.__name__}: tools {staged} are staged (@tool(staged=True)) but the class "
+                "defines no stage_call(call); define it to run them on a scratch copy"
+            )
         own = cls.__dict__.get("oracle")
         if own is not None and not getattr(own, "__isabstractmethod__", False):
             # under a tool variant, oracle actions use the renamed tools (core.variants)
@@ -150,7 +162,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.observation_space = TextSpace(self.max_observation_chars)
         self.action_space = TextSpace(self.max_action_chars, min_length=0)
         if tasks is None:
-            self.task_set: TaskSet = load_task_set(self.task_file)
+            self.task_set: TaskSet = load_task_set(self.task_file, self.task_dir)
         elif isinstance(tasks, TaskSet):
             self.task_set = tasks
         else:
@@ -161,6 +173,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.max_calls_per_step = max_calls_per_step
         self.parser = self._parser_for(self.toolset)
         self.gates: list[SafetyGate] = []
+        self.effect_gates: list[EffectsGate] = []  # over staged calls' effects (core.staging)
         self._renamed: dict[str, ToolSet] = {}
         self._tool_variant: Variant | None = None
         self.ledger = CostLedger()
@@ -209,21 +222,18 @@ class AgentEnv(gym.Env[str, str], ABC):
     def _goal_reached(self) -> bool:
         """The goal verifier: True when the task is accomplished."""
 
-    @abstractmethod
     def oracle(self) -> Oracle:
-        """A scripted solver that reaches success from the current state."""
+        """A scripted solver that reaches success from the current state (optional)."""
+        raise HookNotImplementedError(f"define {self.name}.oracle(): `agentgym check` plays it")
 
     @classmethod
-    @abstractmethod
     def generate_task(cls, seed: int, difficulty: str, split: str) -> Task | None:
         """Generate one validated task from a seed, or None if the draw is rejected."""
+        raise HookNotImplementedError(f"define {cls.name}.generate_task() to build tasks")
 
     def oracle_success_probability(self) -> float:
-        """The exact probability that :meth:`oracle` succeeds from the current state.
-
-        1.0 for deterministic envs; stochastic envs (slippery FrozenLake) compute it, so
-        tests can compare the oracle's measured success rate with it.
-        """
+        """The exact probability that :meth:`oracle` succeeds from the current state: 1.0
+        for deterministic envs; stochastic ones (slippery FrozenLake) compute it for tests."""
         return 1.0
 
     @classmethod
@@ -238,31 +248,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         stored one, or, for tasks that store none (actions that depend on the live
         world, such as a web page's element ids), the live oracle's. Returns why the
         task is invalid, or None."""
-        env = cls(tasks=[task], split=task.split, **env_kwargs)
-        try:
-            env.reset(seed=0, options={"task_id": task.id})
-            if env._goal_reached():
-                return "already solved at reset"
-            live = None if task.solution else env.oracle()
-            actions = iter(task.solution)
-            outcome = Outcome.CONTINUE
-            while outcome is Outcome.CONTINUE:
-                action = live.act() if live is not None else next(actions, None)
-                if action is None:
-                    break
-                outcome = env.step(action)[4]["outcome"]
-            if outcome is not Outcome.SUCCESS:
-                which = "the oracle" if live is not None else "the stored solution"
-                why = f" ({env._reason})" if env._reason else ""
-                return f"{which} ends with {outcome.value}{why}"
-            env.reset(seed=0, options={"task_id": task.id})
-            while env.outcome is Outcome.CONTINUE:
-                env.step(cls.noop_action)
-            if env.outcome is Outcome.SUCCESS:
-                return "doing nothing succeeds"
-            return None
-        finally:
-            env.close()
+        return play_validation(cls(tasks=[task], split=task.split, **env_kwargs), task)
 
     def reset_view(self) -> str:
         """The view shown under the instruction at reset; ``render_view()`` by default."""
@@ -307,6 +293,31 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     def on_observation(self, text: str) -> None:
         """Called with every observation the agent is shown (to track what it has seen)."""
+
+    def stage_call(self, call: ToolCall) -> StagedEffects:
+        """Run a staged tool's call (``@tool(staged=True)``) on a scratch copy of the world
+        and return its effects, uncommitted; ``effect_gates`` then check them and the
+        tool's handler commits them (``core.staging``). Raise only when the environment
+        broke (``ENV_ERROR``); a policy-side problem goes in the effects, for the handler
+        to report. Required for envs with staged tools."""
+        raise HookNotImplementedError(f"{self.name} has staged tools but no stage_call()")
+
+    def before_verify(self) -> None:
+        """Compute what the verifiers read, once per step whose calls did not end the
+        episode, after the milestones were updated and before the goal, invariants and
+        dead end are checked (e.g. grade the work when the step budget runs out). The
+        verifiers themselves only read state; this is where state is computed."""
+
+    def env_failure(self) -> str | None:
+        """Why the environment itself broke outside a tool call (a sandbox crash while
+        :meth:`before_verify` graded), or None. Checked right after it: a failure ends the
+        episode with ``ENV_ERROR`` (masked from training), never as the policy's failure."""
+        return None
+
+    def extra_info(self) -> Mapping[str, Any]:
+        """Family-specific keys added to every ``info`` (reset and step), as plain data
+        the caller owns; they may not shadow the standard keys (``core.info.StepInfo``)."""
+        return {}
 
     def _close(self) -> None:
         """Release processes, files and ports (called once by :meth:`close`)."""
@@ -383,7 +394,14 @@ class AgentEnv(gym.Env[str, str], ABC):
         share = 0.0
         if outcome is Outcome.CONTINUE:
             new, share = self._tracker.update()
-            outcome, self._reason = verify(self._goal_reached, self._invariant_list, self._dead_end)
+            self.before_verify()
+            failure = self.env_failure()
+            if failure is not None:
+                outcome, self._reason = Outcome.ENV_ERROR, failure
+            else:
+                outcome, self._reason = verify(
+                    self._goal_reached, self._invariant_list, self._dead_end
+                )
             if outcome is Outcome.CONTINUE:
                 outcome, self._reason = self._check_budgets()
         elif outcome is Outcome.SAFETY_STOP:
@@ -413,9 +431,9 @@ class AgentEnv(gym.Env[str, str], ABC):
         truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
         return obs, sum(components.values()), terminated, truncated, info  # type: ignore[return-value]
 
-    def _execute(self, parsed: ParsedAction) -> _Turn:
+    def _execute(self, parsed: ParsedAction) -> Turn:
         """Steps 2-3 of the loop: gate and run each parsed call (or deliver a message)."""
-        turn = _Turn()
+        turn = Turn()
         if parsed.error_code is not None:
             turn.error = {"code": parsed.error_code, "message": self._hint(parsed)}
             turn.errors = 1
@@ -431,7 +449,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             record = CallRecord(ToolStatus.SKIPPED, None)
             if turn.outcome is Outcome.CONTINUE:
                 spec = self.toolset.canonical(call.name)
-                record = self.calls.run(self, spec, call, self.gates)
+                record = self.calls.run(self, spec, call, self.gates, self.effect_gates)
                 self._account(call.name, record)
                 if record.executed:
                     self.after_call(call, record.committed or record.result)
@@ -447,7 +465,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             turn.calls.append(
                 {
                     "name": call.name,
-                    "arguments": _fresh(call.arguments),
+                    "arguments": fresh_arguments(call.arguments),
                     "call_id": f"call_{self._step}_{i}",
                     "status": record.status,
                     "latency_ms": record.latency_ms,
@@ -667,7 +685,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         if error and not results:
             parts.append(f"Error ({error['code']}): {error['message']}")
         if outcome is not Outcome.CONTINUE:
-            parts.append(_OUTCOME_TEXT[outcome].format(reason=self._reason or ""))
+            parts.append(OUTCOME_TEXT[outcome].format(reason=self._reason or ""))
         parts.append(self.render_view())
         return "\n\n".join(parts)
 
@@ -713,6 +731,15 @@ class AgentEnv(gym.Env[str, str], ABC):
         }
         if outcome is Outcome.ENV_ERROR:
             info["env_error"] = {"code": "env_error", "message": self._reason or ""}
+        extra = self.extra_info()
+        if extra:
+            clash = _STANDARD_KEYS.intersection(extra)
+            if clash:
+                raise ConfigError(
+                    f"{type(self).__name__}.extra_info() returned the standard info keys "
+                    f"{sorted(clash)}; name family-specific keys differently"
+                )
+            info.update(extra)  # type: ignore[typeddict-item]
         return info
 
     def _check_open(self) -> None:
@@ -723,19 +750,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.task_set.pool(split, difficulty)  # raises TaskNotFoundError with a suggestion
 
     def _check_options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        opts = dict(options or {})
-        for key in opts:
-            if key not in RESET_OPTIONS:
-                raise ConfigError(
-                    f"unknown reset option {key!r}.{did_you_mean(key, RESET_OPTIONS)} "
-                    f"Valid options: {RESET_OPTIONS}"
-                )
-        if "split" in opts and opts["split"] not in SPLITS:
-            raise ConfigError(
-                f"split must be one of {SPLITS}, got {opts['split']!r}."
-                f"{did_you_mean(str(opts['split']), SPLITS)}"
-            )
-        return opts
+        return check_reset_options(options)
 
     def _select_task(self, opts: Mapping[str, Any]) -> Task:
         if "task_id" in opts:
@@ -761,38 +776,8 @@ _FORMAT_NOTE = (
     "like tool(arg=value)."
 )
 
-_OUTCOME_TEXT = {
-    Outcome.SUCCESS: "Task complete.",
-    Outcome.FAILURE: "Episode over: {reason}.",
-    Outcome.TIMEOUT: "Episode over: {reason}.",
-    Outcome.SAFETY_STOP: "Episode stopped for safety.",
-    Outcome.ENV_ERROR: "The environment failed ({reason}); this is not the agent's fault.",
-}
-
-
-@dataclass(slots=True)
-class _Turn:
-    """What executing one action produced (internal to ``step``)."""
-
-    calls: list[ToolCallInfo] = field(default_factory=list)
-    results: list[ToolResult] = field(default_factory=list)
-    error: ErrorInfo = field(default_factory=lambda: ErrorInfo())
-    safety: SafetyInfo = field(default_factory=lambda: SafetyInfo())
-    outcome: Outcome = Outcome.CONTINUE
-    cost: float = 0.0
-    errors: int = 0  # policy errors (parse, unknown tool, bad arguments, blocked)
-
-
 _NOT_TEXT = ParsedAction(
     error_code=ErrorCode.PARSE_ERROR,
     error_message="the action must be text (a str)",
     canonical=f"!{ErrorCode.PARSE_ERROR}",
 )
-
-
-def _fresh(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of parsed arguments that callers may mutate (parses are cached)."""
-    if all(type(v) in _SIMPLE for v in arguments.values()):
-        return dict(arguments)
-    result: dict[str, Any] = json.loads(json.dumps(arguments))
-    return result

@@ -45,6 +45,19 @@ class SchemaError(AgentGymError, ValueError):
     """A tool's JSON schema uses a form the validator does not support."""
 
 
+class HookNotImplementedError(AgentGymError, NotImplementedError):
+    """An optional env hook (``oracle``, ``generate_task``) that an operation needs is
+    not defined by the env class."""
+
+
+class PluginError(ConfigError):
+    """A third-party env package (an ``agentgym_envs.envs`` entry point) is broken."""
+
+
+class PluginWarning(UserWarning):
+    """A broken third-party env package was skipped; the other envs still work."""
+
+
 class TransientToolError(AgentGymError, RuntimeError):
     """A tool backend failed in a way that a retry may fix (browser hiccup, busy sandbox).
 

@@ -31,6 +31,16 @@ class Outcome(StrEnum):
         return self is not Outcome.CONTINUE
 
 
+# what the observation says when an episode ends (``{reason}``: why)
+OUTCOME_TEXT = {
+    Outcome.SUCCESS: "Task complete.",
+    Outcome.FAILURE: "Episode over: {reason}.",
+    Outcome.TIMEOUT: "Episode over: {reason}.",
+    Outcome.SAFETY_STOP: "Episode stopped for safety.",
+    Outcome.ENV_ERROR: "The environment failed ({reason}); this is not the agent's fault.",
+}
+
+
 class ToolStatus(StrEnum):
     """What happened to one parsed tool call."""
 

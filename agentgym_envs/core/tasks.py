@@ -186,10 +186,17 @@ def tasks_root() -> Path:
     )
 
 
+def task_path(relative_path: str, task_dir: str | Path | None = None) -> Path:
+    """Where a task file lives: ``<task_dir>/<relative_path>`` for an env that keeps its
+    tasks next to its own code (a third-party env), else under :func:`tasks_root`."""
+    return Path(task_dir) / relative_path if task_dir is not None else tasks_root() / relative_path
+
+
 @cache
-def load_task_set(relative_path: str) -> TaskSet:
-    """Load (once per process) the task set at ``tasks/<relative_path>``."""
-    path = tasks_root() / relative_path
+def load_task_set(relative_path: str, task_dir: str | Path | None = None) -> TaskSet:
+    """Load (once per process) the task set at ``tasks/<relative_path>``, or at
+    ``<task_dir>/<relative_path>`` when ``task_dir`` is given (see :func:`task_path`)."""
+    path = task_path(relative_path, task_dir)
     if not path.is_file():
         raise ConfigError(
             f"task file {path} is missing; build it with `agentgym tasks build` "

@@ -247,6 +247,9 @@ class Tool:
             with the same key is applied once and returns the first result.
         faultable: whether injected infrastructure faults can hit it (not for talking
             to the user, which is no backend).
+        staged: the call runs in three phases (``core.staging``): the env's
+            ``stage_call`` hook runs it on a scratch copy, effect gates check what it
+            changed, and the handler, called as ``handler(staged, **arguments)``, commits.
     """
 
     name: str
@@ -259,6 +262,7 @@ class Tool:
     canonical: str = ""
     idempotent: bool = False
     faultable: bool = True
+    staged: bool = False
     _check: Check = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -314,6 +318,7 @@ def tool(
     name: str | None = None,
     idempotent: bool = False,
     faultable: bool = True,
+    staged: bool = False,
 ) -> Callable[[F], F]:
     """Declare an env method as a tool.
 
@@ -329,6 +334,9 @@ def tool(
         idempotent: add an optional ``idempotency_key`` argument (for WRITE tools); the
             env applies a retried call with the same key once (the handler never sees it).
         faultable: whether injected infrastructure faults can hit the tool.
+        staged: run the call on a scratch copy first (the env's ``stage_call`` hook),
+            let the env's effect gates check what it changed, then commit: the handler
+            is called as ``handler(staged, **arguments)`` (see ``core.staging``).
     """
     props = dict(parameters or {})
     if idempotent:
@@ -361,6 +369,7 @@ def tool(
             handler=fn.__name__,
             idempotent=idempotent,
             faultable=faultable,
+            staged=staged,
         )
         fn.__agentgym_tool__ = spec  # type: ignore[attr-defined]
         return fn

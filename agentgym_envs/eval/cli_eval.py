@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agentgym_envs.console import progress_bar
+
 LLM_OPTIONS = ("temperature", "top_p", "max_new_tokens", "device", "max_context", "tool_mode")
 
 
@@ -56,6 +58,7 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
     from agentgym_envs.eval.evaluate import EvalConfig, evaluate, load_report, replay
     from agentgym_envs.eval.report import write_reports
     from agentgym_envs.eval.suite import load_suite
+    from agentgym_envs.eval.workers import SlotIsolation
 
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     options = {k: getattr(args, k) for k in LLM_OPTIONS if getattr(args, k) is not None}
@@ -76,7 +79,7 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         config = EvalConfig(
             batch=args.batch,
-            isolation=args.isolation,
+            isolation=SlotIsolation.parse(args.isolation),
             store=None if args.no_store else str(out / "trajectories.sqlite"),
             run_id=f"{suite.name}-{stamp}",
             policy_options=options,
@@ -86,9 +89,7 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
             for e in suite.entries
             if not args.entries or e.name in args.entries
         ) * len(args.policy)
-        from agentgym_envs.cli import _progress
-
-        with _progress(args.json) as progress:
+        with progress_bar(args.json) as progress:
             bar = progress.add_task(f"{suite.name}: {' '.join(args.policy)}", total=total)
             report = evaluate(
                 suite,

@@ -24,20 +24,38 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentgym_envs.core.episode import EpisodeFold, EpisodeSummary
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.eval.suite import Job, Suite, SuiteEntry, suite_from_spec
-from agentgym_envs.eval.workers import EnvCrashed, InlineSlot, ProcessSlot, make_slots
+from agentgym_envs.eval.workers import (
+    EnvCrashed,
+    InlineSlot,
+    ProcessSlot,
+    SlotIsolation,
+    make_slots,
+)
+from agentgym_envs.policies.base import LLM_PREFIXES
 
 logger = logging.getLogger(__name__)
 
 REPORT_SCHEMA = "agentgym-eval/1"
-LLM_PREFIXES = ("hf:", "openai:")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EpisodeResult:
-    """One evaluated episode, as plain data."""
+    """One evaluated episode: which job it was, and how it went.
+
+    Attributes:
+        policy: the policy spec (or, for a policy built by a factory, its name).
+        entry: the suite entry.
+        env_id: the env played.
+        task_id: the task played.
+        trial: the trial number of the task.
+        seed: the reset seed.
+        episode: the episode (outcome, return, costs, tokens ...).
+        episode_id: the trajectory-store row, where one is known.
+    """
 
     policy: str
     entry: str
@@ -45,33 +63,47 @@ class EpisodeResult:
     task_id: str
     trial: int
     seed: int
-    outcome: str = "env_error"
-    valid: bool = False
-    steps: int = 0
-    reward: float = 0.0
-    reward_components: dict[str, float] = field(default_factory=dict)
-    milestones: list[str] = field(default_factory=list)
-    tool_calls: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    llm_failures: int = 0
-    cost: float = 0.0
-    faults: int = 0
-    violations: int = 0
-    attack: dict[str, Any] = field(default_factory=dict)
-    loops: int = 0
-    wall_ms: float = 0.0
-    versions: dict[str, str] = field(default_factory=dict)
-    seeds: dict[str, int] = field(default_factory=dict)
-    error: str = ""
+    episode: EpisodeSummary
     episode_id: int | None = None
 
     @property
     def success(self) -> bool:
-        return self.valid and self.outcome == "success"
+        """A valid episode that ended in success."""
+        return self.episode.success
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "success": self.success}
+        """One row of the report's ``episodes``."""
+        ep = self.episode
+        return {
+            "policy": self.policy,
+            "entry": self.entry,
+            "env_id": self.env_id,
+            "task_id": self.task_id,
+            "trial": self.trial,
+            "seed": self.seed,
+            "outcome": ep.outcome.value,
+            "truncation": ep.truncation.value,
+            "valid": ep.valid,
+            "steps": ep.steps,
+            "reward": ep.reward,
+            "reward_components": dict(ep.reward_components),
+            "milestones": list(ep.milestones),
+            "tool_calls": ep.tool_calls,
+            "tokens_in": ep.tokens_in,
+            "tokens_out": ep.tokens_out,
+            "llm_failures": ep.llm_failures,
+            "cost": ep.cost_total,
+            "faults": ep.faults,
+            "violations": ep.violations,
+            "attack": dict(ep.attack),
+            "loops": ep.loops,
+            "wall_ms": ep.wall_ms,
+            "versions": dict(ep.versions),
+            "seeds": dict(ep.seeds),
+            "error": ep.error,
+            "episode_id": self.episode_id,
+            "success": self.success,
+        }
 
 
 @dataclass(frozen=True)
@@ -80,8 +112,9 @@ class EvalConfig:
 
     Attributes:
         batch: env slots per policy and entry, stepped in lockstep.
-        isolation: ``inline`` (envs in this process; exceptions become env errors) or
-            ``process`` (one worker process per slot; crashes and hangs too).
+        isolation: :class:`SlotIsolation` (or its value): ``inline`` (envs in this
+            process; exceptions become env errors) or ``process`` (one worker process per
+            slot; crashes and hangs too).
         store: the trajectory store (SQLite) that records every episode, or None.
         run_id: groups this run's episodes in the store (default: a timestamp).
         policy_options: options for LLM policies (temperature, max_new_tokens, device ...).
@@ -89,7 +122,7 @@ class EvalConfig:
     """
 
     batch: int = 8
-    isolation: str = "inline"
+    isolation: SlotIsolation = SlotIsolation.INLINE
     store: str | None = None
     run_id: str = ""
     policy_options: Mapping[str, Any] = field(default_factory=dict)
@@ -98,11 +131,14 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise ConfigError(f"batch must be >= 1, got {self.batch}")
-        if self.isolation not in ("inline", "process"):
-            raise ConfigError(f"isolation must be 'inline' or 'process', got {self.isolation!r}")
+        object.__setattr__(self, "isolation", SlotIsolation.parse(self.isolation))
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "policy_options": dict(self.policy_options)}
+        return {
+            **asdict(self),
+            "isolation": self.isolation.value,
+            "policy_options": dict(self.policy_options),
+        }
 
 
 # -- building env slots --------------------------------------------------------------
@@ -192,11 +228,11 @@ class _Policies:
 
 @dataclass
 class _Live:
+    index: int  # of the job
     job: Job
-    obs: str
-    info: dict[str, Any]
-    result: EpisodeResult
-    started: float
+    fold: EpisodeFold
+    obs: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 def run_entry(
@@ -207,7 +243,11 @@ def run_entry(
     config: EvalConfig,
     on_episode: Callable[[EpisodeResult], None] | None = None,
 ) -> list[EpisodeResult]:
-    """Play ``jobs`` of one suite entry with one policy; results in job order."""
+    """Play ``jobs`` of one suite entry with one policy; results in job order.
+
+    A job with an empty ``task_id`` resets with the entry's split and difficulty and
+    lets the env draw the task from the seed (``agentgym run``).
+    """
     env_id = entry.env_id
     factory = functools.partial(
         build_env,
@@ -222,32 +262,32 @@ def run_entry(
     slots = make_slots(
         factory, max(1, min(config.batch, len(jobs))), config.isolation, config.step_timeout_s
     )
-    pending: deque[Job] = deque(jobs)
+    pending: deque[tuple[int, Job]] = deque(enumerate(jobs))
     active: dict[int, _Live] = {}
-    done: list[EpisodeResult] = []
+    done: list[tuple[int, EpisodeResult]] = []
+    label = policy_spec
 
-    def finish(live: _Live, slot: int) -> None:
-        live.result.wall_ms = (time.perf_counter() - live.started) * 1000.0
-        done.append(live.result)
-        del active[slot]
+    def finish(live: _Live) -> None:
+        ep = live.fold.summary()
+        job = live.job
+        result = EpisodeResult(
+            label, entry.name, env_id, job.task_id or ep.task_id, job.trial, job.seed, ep
+        )
+        done.append((live.index, result))
         if on_episode is not None:
-            on_episode(live.result)
+            on_episode(result)
 
     def start(slot: int) -> None:
         while pending:
-            job = pending.popleft()
-            result = EpisodeResult(
-                policy_spec, entry.name, env_id, job.task_id, job.trial, job.seed
-            )
-            live = _Live(job, "", {}, result, time.perf_counter())
+            index, job = pending.popleft()
+            live = _Live(index, job, EpisodeFold())
             try:
-                live.obs, live.info = slots[slot].reset(job.seed, {"task_id": job.task_id})
+                live.obs, live.info = slots[slot].reset(job.seed, _reset_options(entry, job))
             except EnvCrashed as exc:
-                result.error = str(exc)
-                active[slot] = live
-                finish(live, slot)
+                live.fold.crash(str(exc))
+                finish(live)
                 continue
-            _absorb(result, live.info, reset=True)
+            live.fold.reset(live.info)
             active[slot] = live
             policy.reset([slot])
             return
@@ -255,6 +295,7 @@ def run_entry(
     try:
         envs = [s.env if isinstance(s, InlineSlot) else s for s in slots]
         policy = policies.get(policy_spec, envs)
+        label = policy_spec or str(getattr(policy, "name", ""))
         for slot in range(len(slots)):
             start(slot)
         while active:
@@ -265,68 +306,46 @@ def run_entry(
             usage = list(getattr(policy, "last_usage", None) or [])
             for i, (slot, action) in enumerate(zip(order, actions, strict=True)):
                 live = active[slot]
-                res = live.result
+                fold = live.fold
                 if i < len(usage):
-                    res.tokens_in += int(usage[i].get("tokens_in", 0))
-                    res.tokens_out += int(usage[i].get("tokens_out", 0))
-                    res.llm_failures += int(usage[i].get("failed", 0))
+                    u = usage[i]
+                    fold.usage(u.get("tokens_in", 0), u.get("tokens_out", 0), u.get("failed", 0))
                 note = {
                     "trial": live.job.trial,
                     "entry": entry.name,
-                    "tokens_in": res.tokens_in,
-                    "tokens_out": res.tokens_out,
+                    "tokens_in": fold.tokens_in,
+                    "tokens_out": fold.tokens_out,
                 }
                 try:
                     obs, reward, terminated, truncated, info = slots[slot].step(action, note)
                 except EnvCrashed as exc:
-                    res.outcome, res.valid, res.error = "env_error", False, str(exc)
-                    finish(live, slot)
-                    start(slot)
-                    continue
-                res.reward += reward
-                _absorb(res, info, reset=False)
-                if terminated or truncated:
-                    if res.outcome == "continue":  # a TimeLimit-style wrapper cut it
-                        res.outcome = "timeout"
-                    finish(live, slot)
-                    start(slot)
+                    fold.crash(str(exc))
                 else:
+                    fold.step(reward, terminated, truncated, info)
                     live.obs, live.info = obs, info
+                if fold.done:
+                    del active[slot]
+                    finish(live)
+                    start(slot)
     finally:
         for s in slots:
             s.close()
-    order_of = {(j.task_id, j.trial): i for i, j in enumerate(jobs)}
-    done.sort(key=lambda r: order_of[(r.task_id, r.trial)])
-    return done
+    done.sort(key=lambda pair: pair[0])
+    return [result for _, result in done]
 
 
-def _absorb(res: EpisodeResult, info: Mapping[str, Any], *, reset: bool) -> None:
-    """Fold one step's info into the episode result (cheap: this runs every step)."""
-    res.versions = dict(info.get("versions") or res.versions)
-    res.seeds = dict(info.get("seeds") or res.seeds)
-    if reset:
-        res.outcome, res.valid = "continue", True
-        return
-    outcome = info.get("outcome", "continue")
-    res.outcome = str(getattr(outcome, "value", outcome))
-    res.valid = bool(info.get("episode_valid", True)) and res.outcome != "env_error"
-    res.steps = int(info.get("step", res.steps + 1))
-    for name, value in (info.get("reward_components") or {}).items():
-        res.reward_components[name] = res.reward_components.get(name, 0.0) + float(value)
-    res.milestones = list(info.get("milestones") or res.milestones)
-    res.tool_calls += len(info.get("tool_calls") or ())
-    cost = info.get("cost") or {}
-    res.cost = float(cost.get("total", res.cost))
-    res.faults = int(cost.get("faults", res.faults))
-    if info.get("safety"):
-        res.violations += 1
-    if info.get("injection"):
-        res.attack = dict(info["injection"])
-    loop = info.get("loop")
-    if loop:
-        res.loops = int(loop.get("repeats", res.loops))
-    if res.outcome == "env_error":
-        res.error = str((info.get("env_error") or {}).get("message", ""))
+def _reset_options(entry: SuiteEntry, job: Job) -> dict[str, Any]:
+    if job.task_id:
+        return {"task_id": job.task_id}
+    options: dict[str, Any] = {"split": entry.split} if entry.split else {}
+    if len(entry.difficulty) == 1:
+        options["difficulty"] = entry.difficulty[0]
+    elif entry.difficulty:
+        raise ConfigError(
+            f"a job without a task id draws from one difficulty, got {list(entry.difficulty)} "
+            f"in entry {entry.name!r}; name one difficulty or give the job a task id"
+        )
+    return options
 
 
 # -- whole suites ----------------------------------------------------------------------
@@ -391,7 +410,7 @@ def build_report(
     by_policy: dict[str, list[EpisodeResult]] = {}
     wall: dict[str, float] = {}
     for spec, entry, eps, wall_s in results:
-        valid = next((e for e in eps if e.valid), eps[0] if eps else None)
+        valid = next((e for e in eps if e.episode.valid), eps[0] if eps else None)
         rows.append(
             {
                 "policy": spec,
@@ -400,8 +419,8 @@ def build_report(
                 "split": entry.split,
                 "difficulty": list(entry.difficulty),
                 "wrappers": list(entry.wrappers),
-                "versions": dict(valid.versions) if valid else {},
-                "metrics": episode_metrics(eps, wall_s),
+                "versions": dict(valid.episode.versions) if valid else {},
+                "metrics": result_metrics(eps, wall_s),
             }
         )
         by_policy.setdefault(spec, []).extend(eps)
@@ -419,9 +438,17 @@ def build_report(
         "config": config.to_json(),
         "policies": [dict(p) for p in policies],
         "results": rows,
-        "overall": {p: episode_metrics(eps, wall[p]) for p, eps in by_policy.items()},
+        "overall": {p: result_metrics(eps, wall[p]) for p, eps in by_policy.items()},
         "episodes": [e.to_json() for _, _, eps, _ in results for e in eps],
     }
+
+
+def result_metrics(results: Sequence[EpisodeResult], wall_s: float = 0.0) -> dict[str, Any]:
+    """:func:`~agentgym_envs.eval.metrics.episode_metrics` of evaluated episodes, with
+    tasks keyed by (entry, task id)."""
+    return episode_metrics(
+        [r.episode for r in results], wall_s, task_keys=[(r.entry, r.task_id) for r in results]
+    )
 
 
 # -- replay ------------------------------------------------------------------------------
@@ -453,7 +480,7 @@ def replay(
     old = dict(report["config"])
     config = config or EvalConfig(
         batch=old["batch"],
-        isolation=old["isolation"],
+        isolation=SlotIsolation.parse(old["isolation"]),
         store=None,
         policy_options=old.get("policy_options") or {},
         step_timeout_s=old["step_timeout_s"],
@@ -496,4 +523,12 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return data
 
 
-__all__ = ["EpisodeResult", "EvalConfig", "ProcessSlot", "evaluate", "replay"]
+__all__ = [
+    "EpisodeResult",
+    "EvalConfig",
+    "ProcessSlot",
+    "SlotIsolation",
+    "evaluate",
+    "replay",
+    "result_metrics",
+]

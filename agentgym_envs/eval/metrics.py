@@ -1,15 +1,14 @@
-"""Pure metric functions over episode records."""
+"""Pure metric functions over episodes
+(:class:`~agentgym_envs.core.episode.EpisodeSummary`)."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Hashable, Sequence
 from typing import Any
 
-from agentgym_envs.core.info import Outcome
-from agentgym_envs.eval.runner import EpisodeRecord
+from agentgym_envs.core.episode import EpisodeSummary, Truncation
 
 
 def _natural(name: str) -> list[Any]:
@@ -30,65 +29,6 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-@dataclass
-class Summary:
-    """Aggregate figures of a set of episodes of one env and policy.
-
-    Env-error episodes are excluded from every rate's denominator and reported apart.
-    """
-
-    env_id: str
-    policy: str
-    episodes: int
-    valid: int
-    success_rate: float
-    success_ci: tuple[float, float]
-    stage_rates: dict[str, float]
-    mean_steps: float
-    mean_return: float
-    mean_cost: float
-    cost_per_success: float | None
-    safety_stop_rate: float
-    env_error_rate: float
-    outcomes: dict[str, int]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def summarize(records: Sequence[EpisodeRecord]) -> Summary:
-    """Summarise the records of one env and policy."""
-    if not records:
-        raise ValueError("summarize needs at least one episode record")
-    valid = [r for r in records if r.valid]
-    n = len(valid)
-    wins = sum(r.success for r in valid)
-    stages: dict[str, int] = {}
-    for r in valid:
-        for m in r.milestones:
-            stages[m] = stages.get(m, 0) + 1
-    outcomes: dict[str, int] = {}
-    for r in records:
-        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
-    total_cost = sum(float(r.cost["total"]) for r in valid)
-    return Summary(
-        env_id=records[0].env_id,
-        policy=records[0].policy,
-        episodes=len(records),
-        valid=n,
-        success_rate=wins / n if n else 0.0,
-        success_ci=wilson_interval(wins, n),
-        stage_rates={k: stages[k] / n for k in sorted(stages, key=_natural)} if n else {},
-        mean_steps=_mean([r.steps for r in valid]),
-        mean_return=_mean([r.reward for r in valid]),
-        mean_cost=total_cost / n if n else 0.0,
-        cost_per_success=total_cost / wins if wins else None,
-        safety_stop_rate=(sum(r.outcome == Outcome.SAFETY_STOP for r in valid) / n) if n else 0.0,
-        env_error_rate=(len(records) - n) / len(records),
-        outcomes=outcomes,
-    )
 
 
 # -- per-task estimators over repeated trials -------------------------------------------
@@ -166,37 +106,52 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def episode_metrics(episodes: Sequence[Any], wall_s: float = 0.0) -> dict[str, Any]:
-    """Every figure of the evaluation report for a set of episode results.
+def episode_metrics(
+    episodes: Sequence[EpisodeSummary],
+    wall_s: float = 0.0,
+    *,
+    task_keys: Sequence[Hashable] | None = None,
+) -> dict[str, Any]:
+    """Every figure of a set of episodes: the one metrics function of ``agentgym run``,
+    ``agentgym eval`` and the trainer.
 
-    ``episodes`` are :class:`~agentgym_envs.eval.evaluate.EpisodeResult` (or anything
-    with the same attributes). Env-error episodes leave every rate's denominator; they
-    are counted in ``env_errors``/``env_error_rate`` only. Tasks are keyed by (entry,
-    task id), so the same task id in two entries (say, with and without faults) counts
-    as two tasks.
+    Env-error (invalid) episodes leave every rate's denominator; they are counted in
+    ``env_errors``/``env_error_rate`` only.
+
+    Args:
+        episodes: the episodes.
+        wall_s: the wall time they took together (reported as is).
+        task_keys: what makes two episodes trials of the same task, one per episode, for
+            pass@k and pass^k (default: the task id; the evaluator passes (entry, task
+            id), so one task in two suite entries counts as two tasks).
+
+    Raises:
+        ValueError: ``task_keys`` is not one key per episode.
     """
+    keys: Sequence[Hashable] = task_keys if task_keys is not None else [e.task_id for e in episodes]
+    if len(keys) != len(episodes):
+        raise ValueError(
+            f"task_keys needs one key per episode: got {len(keys)} for {len(episodes)} episodes"
+        )
     valid = [e for e in episodes if e.valid]
     n = len(valid)
     wins = sum(e.success for e in valid)
-    per_task: dict[tuple[str, str], list[int]] = {}  # [valid trials, successes, trials]
-    for e in episodes:
-        counts = per_task.setdefault((e.entry, e.task_id), [0, 0, 0])
+    per_task: dict[Hashable, list[int]] = {}  # [valid trials, successes, trials]
+    for key, e in zip(keys, episodes, strict=True):
+        counts = per_task.setdefault(key, [0, 0, 0])
         counts[2] += 1
         if e.valid:
             counts[0] += 1
             counts[1] += int(e.success)
     trials = max((c[2] for c in per_task.values()), default=0)
     at, hat, used = task_pass_rates([(c[0], c[1]) for c in per_task.values()], ks_for(trials))
-    stages: dict[str, int] = {}
-    for e in valid:
-        for m in e.milestones:
-            stages[m] = stages.get(m, 0) + 1
-    outcomes: dict[str, int] = {}
-    for e in episodes:
-        outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+    stages = _counts(m for e in valid for m in e.milestones)
+    outcomes = _counts(e.outcome.value for e in episodes)
+    truncations = _counts(e.truncation.value for e in valid if e.truncation is not Truncation.NONE)
+    components = sorted({k for e in valid for k in e.reward_components})
     faulted = [e for e in valid if e.faults > 0]
     attacked = [e for e in valid if e.attack.get("planted")]
-    total_cost = sum(e.cost for e in valid)
+    total_cost = sum(e.cost_total for e in valid)
     lo, hi = wilson_interval(wins, n)
     return {
         "episodes": len(episodes),
@@ -216,6 +171,9 @@ def episode_metrics(episodes: Sequence[Any], wall_s: float = 0.0) -> dict[str, A
         "mean_tokens_out": _mean([e.tokens_out for e in valid]),
         "llm_failures": sum(e.llm_failures for e in episodes),
         "mean_return": _mean([e.reward for e in valid]),
+        "mean_reward_components": {
+            k: _mean([e.reward_components.get(k, 0.0) for e in valid]) for k in components
+        },
         "wall_s": wall_s,
         "mean_episode_s": _mean([e.wall_ms / 1000.0 for e in episodes]),
         "mean_cost": total_cost / n if n else 0.0,
@@ -236,4 +194,12 @@ def episode_metrics(episodes: Sequence[Any], wall_s: float = 0.0) -> dict[str, A
         ),
         "loop_rate": sum(e.loops > 0 for e in valid) / n if n else 0.0,
         "outcomes": outcomes,
+        "truncations": truncations,
     }
+
+
+def _counts(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out

@@ -1,54 +1,37 @@
-"""Run a policy on an env for many episodes, in lockstep batches, and record each episode."""
+"""Play a policy on one env for many episodes (``agentgym run``): a thin use of the
+evaluator, whose tasks the env draws from each episode's reset seed."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
-import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.info import Outcome
-from agentgym_envs.policies.base import Policy, make_policy
+from agentgym_envs.eval.evaluate import EpisodeResult, EvalConfig, _Policies, run_entry
+from agentgym_envs.eval.metrics import episode_metrics
+from agentgym_envs.eval.suite import Job, SuiteEntry
+from agentgym_envs.policies.base import Policy
 from agentgym_envs.registration import find
 
+PolicyFactory = Callable[[Sequence[gym.Env[Any, Any]]], Policy]
 
-@dataclass
-class EpisodeRecord:
-    """One finished episode, as plain data (JSON-able with ``asdict``)."""
 
-    env_id: str
-    task_id: str
-    split: str
-    difficulty: str
-    seed: int
-    outcome: str
-    steps: int
-    reward: float
-    reward_components: dict[str, float]
-    milestones: list[str]
-    cost: dict[str, Any]
-    errors: int
-    versions: dict[str, str]
-    seeds: dict[str, Any]
-    valid: bool
-    wall_ms: float
-    policy: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+class _Built(_Policies):
+    """Serves a policy factory's policy where the evaluator asks for a spec."""
 
-    @property
-    def success(self) -> bool:
-        return self.outcome == Outcome.SUCCESS
+    def __init__(self, factory: PolicyFactory) -> None:
+        super().__init__(0, {})
+        self.factory = factory
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def get(self, spec: str, envs: Sequence[Any]) -> Any:
+        return self.factory(envs)
 
 
 def run_episodes(
     env_id: str,
-    policy: str | Callable[[Sequence[gym.Env[Any, Any]]], Policy],
+    policy: str | PolicyFactory,
     episodes: int,
     *,
     split: str | None = None,
@@ -56,102 +39,79 @@ def run_episodes(
     seed: int = 0,
     batch: int = 8,
     env_kwargs: dict[str, Any] | None = None,
-    on_episode: Callable[[EpisodeRecord], None] | None = None,
-) -> list[EpisodeRecord]:
-    """Play ``episodes`` episodes of ``env_id`` with ``policy``.
+    on_episode: Callable[[EpisodeResult], None] | None = None,
+) -> list[EpisodeResult]:
+    """Play ``episodes`` episodes of ``env_id`` with ``policy``, in reset-seed order.
 
-    Episode ``i`` resets with seed ``seed + i``, so a run is reproducible and two
-    policies evaluated with the same arguments face the same tasks.
+    Episode ``i`` resets with seed ``seed + i`` (and the split and difficulty), so the
+    env draws its task from the seed: a run is reproducible and two policies evaluated
+    with the same arguments face the same tasks. Results have ``entry`` set to the env's
+    name and ``trial`` to ``i``.
 
     Args:
         env_id: a registered id or bare name (``Sokoban``).
         policy: a reference policy name (``oracle``, ``random``, ``noop``) or a factory
-            that builds a policy for the env slots.
+            that builds a policy for the env slots (results then carry its ``name``).
         episodes: how many episodes to play.
         split: the task split (the env's default if None).
         difficulty: the difficulty (all if None).
         seed: the first episode's reset seed.
         batch: env slots played in lockstep (policies act on a batch).
         env_kwargs: extra constructor kwargs for ``gym.make``.
-        on_episode: called with each record as its episode ends (progress bars).
+        on_episode: called with each result as its episode ends (progress bars).
     """
-    entry = find(env_id)
-    slots = max(1, min(batch, episodes))
-    envs = [gym.make(entry.id, **(env_kwargs or {})) for _ in range(slots)]
-    agent = make_policy(policy, envs, seed=seed) if isinstance(policy, str) else policy(envs)
-    options: dict[str, Any] = {}
-    if split is not None:
-        options["split"] = split
-    if difficulty is not None:
-        options["difficulty"] = difficulty
-    records: list[EpisodeRecord] = []
-    try:
-        next_episode = 0
-        active: dict[int, tuple[int, str, dict[str, Any], float, float, dict[str, float]]] = {}
-
-        def start(slot: int) -> None:
-            nonlocal next_episode
-            ep_seed = seed + next_episode
-            next_episode += 1
-            obs, info = envs[slot].reset(seed=ep_seed, options=options)
-            agent.reset([slot])
-            active[slot] = (ep_seed, obs, info, time.perf_counter(), 0.0, {})
-
-        for slot in range(slots):
-            if next_episode < episodes:
-                start(slot)
-        while active:
-            order = sorted(active)
-            actions = agent.act([active[s][1] for s in order], [active[s][2] for s in order], order)
-            for slot, action in zip(order, actions, strict=True):
-                ep_seed, _, _, started, ret, comps = active[slot]
-                obs, reward, terminated, truncated, info = envs[slot].step(action)
-                ret += float(reward)
-                for k, v in info["reward_components"].items():
-                    comps[k] = comps.get(k, 0.0) + v
-                if not (terminated or truncated):
-                    active[slot] = (ep_seed, obs, info, started, ret, comps)
-                    continue
-                record = _record(entry.id, agent.name, ep_seed, info, ret, comps, started)
-                records.append(record)
-                if on_episode is not None:
-                    on_episode(record)
-                del active[slot]
-                if next_episode < episodes:
-                    start(slot)
-    finally:
-        for env in envs:
-            env.close()
-    records.sort(key=lambda r: r.seed)
-    return records
-
-
-def _record(
-    env_id: str,
-    policy: str,
-    seed: int,
-    info: dict[str, Any],
-    ret: float,
-    comps: dict[str, float],
-    started: float,
-) -> EpisodeRecord:
-    task = info["task"]
-    return EpisodeRecord(
-        env_id=env_id,
-        task_id=task["id"],
-        split=task["split"],
-        difficulty=task["difficulty"],
-        seed=seed,
-        outcome=str(info["outcome"]),
-        steps=int(info["step"]),
-        reward=ret,
-        reward_components=comps,
-        milestones=list(info["milestones"]),
-        cost=info["cost"],
-        errors=int(info["cost"]["errors"]),
-        versions=dict(info["versions"]),
-        seeds=dict(info["seeds"]),
-        valid=bool(info["episode_valid"]),
-        wall_ms=(time.perf_counter() - started) * 1000.0,
-        policy=policy,
+    found = find(env_id)
+    entry = SuiteEntry(
+        name=found.name,
+        env=found.id,
+        split=split or "",
+        difficulty=(difficulty,) if difficulty else (),
+        tasks=episodes,
+        env_kwargs=dict(env_kwargs or {}),
     )
+    jobs = [Job(entry.name, "", i, seed + i) for i in range(episodes)]
+    if isinstance(policy, str):
+        spec, policies = policy, _Policies(seed, {})
+    else:
+        spec, policies = "", _Built(policy)
+    try:
+        return run_entry(entry, jobs, spec, policies, EvalConfig(batch=batch), on_episode)
+    finally:
+        policies.close()
+
+
+RUN_SUMMARY_KEYS = (
+    "episodes",
+    "valid",
+    "success_rate",
+    "success_ci",
+    "stage_rates",
+    "mean_steps",
+    "mean_return",
+    "mean_cost",
+    "cost_per_success",
+    "env_error_rate",
+    "outcomes",
+)
+
+
+def run_summary(env_id: str, policy: str, results: Sequence[EpisodeResult]) -> dict[str, Any]:
+    """What ``agentgym run`` reports for one env and policy: a part of
+    :func:`~agentgym_envs.eval.metrics.episode_metrics`, plus the safety-stop rate.
+
+    Raises:
+        ValueError: no results.
+    """
+    if not results:
+        raise ValueError("run_summary needs at least one episode result")
+    m = episode_metrics([r.episode for r in results])
+    stops = m["outcomes"].get(Outcome.SAFETY_STOP.value, 0)
+    return {
+        "env_id": env_id,
+        "policy": policy,
+        **{k: m[k] for k in RUN_SUMMARY_KEYS},
+        "safety_stop_rate": stops / m["valid"] if m["valid"] else 0.0,
+    }
+
+
+__all__ = ["RUN_SUMMARY_KEYS", "run_episodes", "run_summary"]

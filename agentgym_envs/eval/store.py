@@ -21,19 +21,20 @@ import hashlib
 import json
 import os
 import sqlite3
-import tempfile
 import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from agentgym_envs.core.episode import EpisodeSummary, Truncation
 from agentgym_envs.core.errors import AgentGymError, ConfigError
 from agentgym_envs.core.info import Outcome
 
-SCHEMA_VERSION = 1
+# 2: the ``truncation`` column (version-1 files gain it, as "none", when opened)
+SCHEMA_VERSION = 2
 _JSON_FIELDS = (
     "versions",
     "seeds",
@@ -56,6 +57,7 @@ _SCALAR_FIELDS = (
     "policy_version",
     "run_id",
     "outcome",
+    "truncation",
     "priority",
     "started_at",
     "ended_at",
@@ -74,7 +76,8 @@ CREATE TABLE IF NOT EXISTS episodes (
     dedup_key TEXT NOT NULL UNIQUE,
     env_id TEXT NOT NULL, task_id TEXT NOT NULL, split TEXT NOT NULL,
     difficulty TEXT NOT NULL, policy TEXT NOT NULL, policy_version TEXT NOT NULL,
-    run_id TEXT NOT NULL, outcome TEXT NOT NULL, priority REAL NOT NULL,
+    run_id TEXT NOT NULL, outcome TEXT NOT NULL, truncation TEXT NOT NULL DEFAULT 'none',
+    priority REAL NOT NULL,
     started_at REAL NOT NULL, ended_at REAL NOT NULL,
     success INTEGER NOT NULL, valid INTEGER NOT NULL, steps INTEGER NOT NULL,
     "return" REAL NOT NULL,
@@ -86,6 +89,12 @@ CREATE INDEX IF NOT EXISTS episodes_policy ON episodes (policy);
 CREATE INDEX IF NOT EXISTS episodes_run ON episodes (run_id);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');
 """
+# outcomes written before the truncation field: a trainer's context limit, and episodes a
+# wrapper cut while the env still said "continue"
+_LEGACY_OUTCOMES = {
+    "context_limit": (Outcome.TIMEOUT, Truncation.CONTEXT_LIMIT),
+    "continue": (Outcome.TIMEOUT, Truncation.WRAPPER),
+}
 _INSERT = (
     f"INSERT OR IGNORE INTO episodes ({', '.join(_quote(c) for c in _COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(_COLUMNS))})"
@@ -122,7 +131,8 @@ class StoredEpisode:
             where the env has none).
         rewards: the step rewards.
         reward_components: each reward component summed over the episode.
-        outcome: the final ``Outcome`` value (or a trainer's own, e.g. ``context_limit``).
+        outcome: the final :class:`Outcome` (strings are accepted; the legacy
+            ``context_limit`` and ``continue`` read as ``TIMEOUT`` with their truncation).
         valid: False where the episode must be masked from training (env error).
         milestones: the milestones reached, in order.
         cost: the final cost ledger (``info["cost"]``).
@@ -131,6 +141,7 @@ class StoredEpisode:
         priority: a replay or curation priority.
         run_id: groups the episodes of one evaluation or training run.
         extra: anything else (tokens, trial number, sampling settings).
+        truncation: why a ``TIMEOUT`` episode was cut (:class:`Truncation`).
     """
 
     env_id: str
@@ -147,7 +158,7 @@ class StoredEpisode:
     state_hashes: list[str]
     rewards: list[float]
     reward_components: dict[str, float]
-    outcome: str
+    outcome: Outcome
     valid: bool
     milestones: list[str]
     cost: dict[str, Any]
@@ -156,11 +167,89 @@ class StoredEpisode:
     priority: float = 0.0
     run_id: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    truncation: Truncation = Truncation.NONE
+
+    def __post_init__(self) -> None:
+        legacy = _LEGACY_OUTCOMES.get(str(self.outcome))
+        if legacy is not None:
+            self.outcome, self.truncation = legacy
+        self.outcome = Outcome(self.outcome)
+        self.truncation = Truncation(self.truncation)
+
+    @classmethod
+    def from_summary(
+        cls,
+        summary: EpisodeSummary,
+        *,
+        env_id: str,
+        policy: str,
+        messages: list[dict[str, Any]],
+        actions: list[str],
+        canonical_actions: list[str] | None = None,
+        state_hashes: list[str] | None = None,
+        policy_version: str = "",
+        split: str | None = None,
+        difficulty: str | None = None,
+        priority: float = 0.0,
+        run_id: str = "",
+        extra: dict[str, Any] | None = None,
+    ) -> StoredEpisode:
+        """The stored form of a folded episode plus what only a recorder knows (the
+        chat, the actions, the state hashes); ``split``/``difficulty`` override the
+        task's (a trainer's configured split)."""
+        return cls(
+            env_id=env_id,
+            task_id=summary.task_id,
+            split=summary.split if split is None else split,
+            difficulty=summary.difficulty if difficulty is None else difficulty,
+            policy=policy,
+            policy_version=policy_version,
+            versions=dict(summary.versions),
+            seeds={k: int(v) for k, v in summary.seeds.items() if v is not None},
+            messages=messages,
+            actions=actions,
+            canonical_actions=list(actions) if canonical_actions is None else canonical_actions,
+            state_hashes=state_hashes or [],
+            rewards=list(summary.rewards),
+            reward_components=dict(summary.reward_components),
+            outcome=summary.outcome,
+            valid=summary.valid,
+            milestones=list(summary.milestones),
+            cost=dict(summary.cost),
+            started_at=summary.started_at,
+            ended_at=summary.ended_at,
+            priority=priority,
+            run_id=run_id,
+            extra=dict(extra or {}),
+            truncation=summary.truncation,
+        )
+
+    @property
+    def summary(self) -> EpisodeSummary:
+        """The episode as an :class:`EpisodeSummary` (for the shared metrics)."""
+        return EpisodeSummary(
+            task_id=self.task_id,
+            split=self.split,
+            difficulty=self.difficulty,
+            outcome=self.outcome,
+            truncation=self.truncation,
+            valid=self.valid,
+            steps=self.steps,
+            rewards=tuple(self.rewards),
+            reward_components=dict(self.reward_components),
+            milestones=tuple(self.milestones),
+            tool_calls=sum(len(m.get("tool_calls") or ()) for m in self.messages),
+            cost=dict(self.cost),
+            versions=dict(self.versions),
+            seeds=dict(self.seeds),
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+        )
 
     @property
     def success(self) -> bool:
-        """True when the episode ended in success."""
-        return self.outcome == Outcome.SUCCESS
+        """True when a valid episode ended in success."""
+        return self.valid and self.outcome is Outcome.SUCCESS
 
     @property
     def steps(self) -> int:
@@ -179,7 +268,9 @@ class StoredEpisode:
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a plain dict (what :meth:`from_json` reads back)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["outcome"], out["truncation"] = self.outcome.value, self.truncation.value
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StoredEpisode:
@@ -245,11 +336,34 @@ class TrajectoryStore:
                 db.execute("ROLLBACK")
             raise
         found = int(db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+        if found == 1:
+            self._migrate_1(db)
+            found = SCHEMA_VERSION
         if found > SCHEMA_VERSION:
             raise ConfigError(
                 f"{self.path} has trajectory-store schema {found}, this agentgym-envs reads "
                 f"up to {SCHEMA_VERSION}; upgrade agentgym-envs"
             )
+
+    @staticmethod
+    def _migrate_1(db: sqlite3.Connection) -> None:
+        """Add the truncation column to a version-1 file (once, whichever process
+        opens it first)."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(episodes)")}
+            if "truncation" not in columns:
+                db.execute(
+                    "ALTER TABLE episodes ADD COLUMN truncation TEXT NOT NULL DEFAULT 'none'"
+                )
+            db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     # -- writing -------------------------------------------------------------------------
 
@@ -404,7 +518,8 @@ def _dumps(value: Any) -> str:
 
 
 def _row(ep: StoredEpisode) -> list[Any]:
-    scalars = [getattr(ep, name) for name in _SCALAR_FIELDS]
+    values = (getattr(ep, name) for name in _SCALAR_FIELDS)
+    scalars = [v.value if isinstance(v, StrEnum) else v for v in values]
     derived = [int(ep.success), int(bool(ep.valid)), ep.steps, ep.episode_return]
     blobs = [_dumps(getattr(ep, name)) for name in _JSON_FIELDS]
     return [ep.dedup_key(), *scalars, *derived, *blobs]
@@ -442,109 +557,3 @@ def _where(
             clauses.append(f"{column} = ?")
             params.append(value)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
-# -- benchmark ---------------------------------------------------------------------------
-
-
-def bench_store(episodes: int = 1000, wrapper_episodes: int = 50) -> dict[str, float]:
-    """Time the store and the recording wrapper (measured, never asserted in tests).
-
-    Returns:
-        ``add_ms_mean``: one committed :meth:`TrajectoryStore.add` of a 20-step episode;
-        ``add_many_ms_per_episode``: the same episodes in one transaction;
-        ``bytes_per_episode``: database size per episode;
-        ``wrapper_step_overhead_ms``: what :class:`RecordingWrapper` adds to each step
-        of Sokoban played by its oracle (the write at episode end included).
-    """
-    with tempfile.TemporaryDirectory() as tmp:
-        eps = [_bench_episode(i) for i in range(2 * episodes)]
-        with TrajectoryStore(Path(tmp) / "bench.sqlite") as store:
-            start = time.perf_counter()
-            for ep in eps[:episodes]:
-                store.add(ep)
-            add_s = time.perf_counter() - start
-            start = time.perf_counter()
-            store.add_many(eps[episodes:])
-            many_s = time.perf_counter() - start
-        size = sum(p.stat().st_size for p in Path(tmp).iterdir())
-        overhead_ms, steps = _bench_wrapper(Path(tmp) / "wrapper.sqlite", wrapper_episodes)
-    n = max(episodes, 1)
-    return {
-        "episodes": float(episodes),
-        "add_ms_mean": add_s * 1000.0 / n,
-        "add_many_ms_per_episode": many_s * 1000.0 / n,
-        "bytes_per_episode": size / (2 * n),
-        "wrapper_step_overhead_ms": overhead_ms,
-        "wrapper_steps": float(steps),
-    }
-
-
-def _bench_episode(i: int, steps: int = 20) -> StoredEpisode:
-    actions = [f'move(direction="{"lrud"[(i >> k) % 4]}")' for k in range(steps)]
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "rules " * 100},
-        {"role": "user", "content": "board " * 30},
-    ]
-    for k, action in enumerate(actions):
-        call = {"name": "move", "arguments": {"direction": action[16]}, "call_id": f"call_{k}_0"}
-        messages += [
-            {"role": "assistant", "content": action, "tool_calls": [call]},
-            {"role": "user", "content": "board " * 30},
-        ]
-    return StoredEpisode(
-        env_id="bench/Store-v0",
-        task_id=f"task-{i % 50}",
-        split="test",
-        difficulty="easy",
-        policy="bench",
-        policy_version="",
-        versions={"env": "bench-v0"},
-        seeds={"env": i},
-        messages=messages,
-        actions=actions,
-        canonical_actions=actions,
-        state_hashes=[f"{i:08x}{k:04x}" for k in range(steps + 1)],
-        rewards=[0.0] * steps,
-        reward_components={"success": 1.0},
-        outcome="success",
-        valid=True,
-        milestones=[],
-        cost={"tool_calls": steps},
-        started_at=time.time(),
-        ended_at=time.time(),
-    )
-
-
-def _bench_wrapper(path: Path, episodes: int) -> tuple[float, int]:
-    """Per-step time outside the inner env: wrapper time minus inner step time."""
-    import gymnasium as gym
-
-    from agentgym_envs.wrappers.recording import RecordingWrapper
-
-    inner_s = 0.0
-
-    class _Timed(gym.Wrapper[str, str, str, str]):
-        def step(self, action: str) -> Any:
-            nonlocal inner_s
-            start = time.perf_counter()
-            out = self.env.step(action)
-            inner_s += time.perf_counter() - start
-            return out
-
-    with TrajectoryStore(path) as store:
-        env = RecordingWrapper(_Timed(gym.make("agentgym/Sokoban-v0")), store, policy="oracle")
-        outer_s, steps = 0.0, 0
-        for seed in range(episodes):
-            env.reset(seed=seed)
-            oracle = env.unwrapped.oracle()  # type: ignore[attr-defined]
-            done = False
-            while not done:
-                action = oracle.act()
-                start = time.perf_counter()
-                _, _, terminated, truncated, _ = env.step(action)
-                outer_s += time.perf_counter() - start
-                steps += 1
-                done = terminated or truncated
-        env.close()
-    return (outer_s - inner_s) * 1000.0 / max(steps, 1), steps

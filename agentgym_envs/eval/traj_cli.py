@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from agentgym_envs.console import console
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.export import (
     HF_KINDS,
@@ -85,12 +86,6 @@ def _open(path: str) -> TrajectoryStore:
     return TrajectoryStore(path)
 
 
-def _console() -> Console:
-    from agentgym_envs.cli import console
-
-    return console
-
-
 # -- ls ----------------------------------------------------------------------------------
 
 
@@ -118,7 +113,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{r['return']:.3f}",
             _when(r["ended_at"]),
         )
-    _console().print(table)
+    console.print(table)
     return 0
 
 
@@ -149,7 +144,6 @@ def _when(unix: float) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     with _open(args.store) as store:
         ep = store.get(args.id)
-    console = _console()
     console.print(render_episode(args.id, ep))
     if args.html:
         out = Path(args.html)
@@ -267,5 +261,5 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             n = len(export_hf(store, args.out, kind=args.kind, **filters))
     what = args.kind if args.format == "hf" else args.format
-    _console().print(f"wrote {n} {what} rows to {args.out}")
+    console.print(f"wrote {n} {what} rows to {args.out}")
     return 0

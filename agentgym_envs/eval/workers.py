@@ -17,17 +17,38 @@ import logging
 import multiprocessing as mp
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
 from multiprocessing.connection import Connection
 from typing import Any
 
 import gymnasium as gym
 
-from agentgym_envs.core.errors import AgentGymError
+from agentgym_envs.core.errors import AgentGymError, ConfigError
 from agentgym_envs.core.scratch import reap_stale
 
 logger = logging.getLogger(__name__)
 
 EnvFactory = Callable[[], gym.Env[Any, Any]]
+
+
+class SlotIsolation(StrEnum):
+    """Where the evaluator runs its env slots."""
+
+    INLINE = "inline"  # in this process: an exception from the env ends its episode
+    PROCESS = "process"  # one worker process per slot: crashes and hangs end it too
+
+    @classmethod
+    def parse(cls, value: SlotIsolation | str) -> SlotIsolation:
+        """The member for ``value`` (a member or its string, as CLIs and configs give).
+
+        Raises:
+            ConfigError: no member has this value.
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            names = " or ".join(repr(m.value) for m in cls)
+            raise ConfigError(f"isolation must be {names}, got {value!r}") from None
 
 
 class EnvCrashed(AgentGymError, RuntimeError):
@@ -226,11 +247,16 @@ class ProcessSlot:
 
 
 def make_slots(
-    factory: EnvFactory, count: int, isolation: str, step_timeout_s: float = 300.0
+    factory: EnvFactory,
+    count: int,
+    isolation: SlotIsolation | str,
+    step_timeout_s: float = 300.0,
 ) -> Sequence[InlineSlot | ProcessSlot]:
-    """``count`` env slots built by ``factory``."""
-    if isolation == "inline":
+    """``count`` env slots built by ``factory``.
+
+    Raises:
+        ConfigError: ``isolation`` is not a :class:`SlotIsolation` value.
+    """
+    if SlotIsolation.parse(isolation) is SlotIsolation.INLINE:
         return [InlineSlot(factory) for _ in range(count)]
-    if isolation == "process":
-        return [ProcessSlot(factory, step_timeout_s) for _ in range(count)]
-    raise ValueError(f"isolation must be 'inline' or 'process', got {isolation!r}")
+    return [ProcessSlot(factory, step_timeout_s) for _ in range(count)]

@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Message = dict[str, Any]
+from agentgym_envs.llm.chat import Message
+
 ToolCallTuple = tuple[str, dict[str, Any]]
 
 ONE_SHOT_PREFIX = "(example) "

@@ -1,6 +1,6 @@
 """A local Hugging Face model as a batched policy (and the engine behind ``agentgym serve``).
 
-:class:`LocalLM` loads a model spec as :func:`trainers.model.load_model` resolves it
+:class:`LocalLM` loads a model spec as :func:`agentgym_envs.llm.models.load_model` resolves it
 (``"smollm2"``, ``"tiny"``, a model folder or a ``.gguf`` file), renders chats with the
 tokenizer's template and generates for a batch of prompts at once (left padding, KV
 cache). Each row has its own temperature, nucleus and random stream, so a row's sample
@@ -15,7 +15,6 @@ generates one action per slot per ``act`` call.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -27,49 +26,13 @@ from typing import Any
 import torch
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.llm import ChatTemplate
-from agentgym_envs.policies.chat import ChatHistories, Conversation, Message, derive_seed
+from agentgym_envs.llm import ChatTemplate, Message, SamplingSettings
+from agentgym_envs.llm.models import load_model, resolve_device, weights_fingerprint
+from agentgym_envs.llm.sampler import RowPicker, Sampler
+from agentgym_envs.policies.chat import ChatHistories, Conversation, derive_seed
 from agentgym_envs.policies.prefix_cache import PrefixCacheGenerator
-from trainers.model import load_model, smollm2_gguf
-from trainers.sampler import Sampler
 
 logger = logging.getLogger(__name__)
-
-_HASH_LIMIT = 2 << 30
-"""Weight files up to this total size are hashed; larger ones are fingerprinted by
-name and size (hashing tens of GB at every start is not cheap)."""
-
-
-def resolve_device(device: str) -> str:
-    """``"auto"`` becomes ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-def weights_fingerprint(model: str) -> str:
-    """A fingerprint of a model spec's weights: ``sha256:<hex>`` of its files when cheap,
-    ``files:<hex>`` of their names and sizes otherwise, ``tiny`` for the test model."""
-    if model == "tiny":
-        return "tiny"
-    path = smollm2_gguf() if model == "smollm2" else Path(model).expanduser()
-    if path.is_dir():
-        files = sorted(
-            p for p in path.iterdir() if p.suffix in {".safetensors", ".bin", ".json", ".gguf"}
-        )
-    else:
-        files = [path]
-    digest = hashlib.sha256()
-    if sum(p.stat().st_size for p in files) > _HASH_LIMIT:
-        for p in files:
-            digest.update(f"{p.name}:{p.stat().st_size}\n".encode())
-        return "files:" + digest.hexdigest()[:16]
-    for p in files:
-        digest.update(p.name.encode())
-        with p.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    return "sha256:" + digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -91,39 +54,6 @@ class Generation:
     tokens_in: int
     tokens_out: int
     finish: str  # "stop" (end of turn or a stop string) or "length"
-
-
-class _RowSampler(Sampler):
-    """The trainer's sampler with per-row temperature, nucleus and random stream."""
-
-    def configure(self, options: Sequence[GenOptions]) -> None:
-        rows, width = len(options), max(o.max_new_tokens for o in options)
-        self._temps = torch.tensor([o.temperature for o in options], device=self.device)
-        self._top_p = torch.tensor([o.top_p for o in options], device=self.device)
-        # one uniform per row and step, drawn up front from the row's own generator
-        uniforms = torch.empty((rows, max(1, width)))
-        for row, option in enumerate(options):
-            generator = torch.Generator().manual_seed(option.seed)
-            uniforms[row] = torch.rand(uniforms.shape[1], generator=generator)
-        self._uniforms = uniforms.to(self.device)  # (B, S)
-        self._step = 0
-
-    def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        greedy = self._temps <= 0  # (B,)
-        scale = torch.where(greedy, torch.ones_like(self._temps), self._temps)
-        logprobs = torch.log_softmax(logits / scale[:, None], dim=-1)  # (B, V)
-        token = logprobs.argmax(-1)
-        if not bool(greedy.all()):
-            probs = logprobs.exp()
-            sorted_p, order = probs.sort(-1, descending=True)
-            outside = sorted_p.cumsum(-1) - sorted_p > self._top_p[:, None]  # top 1 kept
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(outside, 0))
-            cdf = probs.cumsum(-1)  # (B, V)
-            u = self._uniforms[:, min(self._step, self._uniforms.shape[1] - 1)]  # (B,)
-            drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
-            token = torch.where(greedy, token, drawn.clamp(max=probs.shape[-1] - 1))
-        self._step += 1
-        return token, logprobs.gather(1, token[:, None]).squeeze(1)
 
 
 class LocalLM:
@@ -149,7 +79,7 @@ class LocalLM:
         kv_reuse: bool | None = None,
     ) -> None:
         self.model_spec = model
-        self.device = resolve_device(device)
+        self.device = str(resolve_device(device))
         self.model, self.tokenizer = load_model(model, device=self.device, dtype=dtype)
         self.model.train(False)  # eval mode (Module.eval is untyped for mypy)
         template = getattr(self.tokenizer, "chat_template", None)
@@ -168,7 +98,7 @@ class LocalLM:
         eos = {int(self.tokenizer.eos_token_id)}
         configured = getattr(self.model.generation_config, "eos_token_id", None)
         eos |= {int(i) for i in ([configured] if isinstance(configured, int) else configured or [])}
-        self._sampler = _RowSampler(self.model, eos_ids=sorted(eos), pad_id=self.pad_id)
+        self._sampler = Sampler(self.model, eos_ids=sorted(eos), pad_id=self.pad_id)
         self._eos = eos
         # on a CPU, re-reading each slot's whole history every turn dominates: keep each
         # slot's KV cache and feed only the new tokens (rows then decode one at a time)
@@ -242,8 +172,13 @@ class LocalLM:
                 )
                 rows = [(ids, bool(ids) and ids[-1] in self._eos) for ids in outs]
             else:
-                self._sampler.configure(options)
-                samples = self._sampler.generate(prompts, [o.max_new_tokens for o in options])
+                picker = RowPicker(
+                    [SamplingSettings(o.temperature, o.top_p, o.seed) for o in options],
+                    steps=max(o.max_new_tokens for o in options),
+                    device=self._sampler.device,
+                )
+                limits = [o.max_new_tokens for o in options]
+                samples = self._sampler.generate(prompts, limits, picker=picker)
                 rows = [(list(s.ids), bool(s.ended)) for s in samples]
         out = []
         for prompt, option, (ids, ended) in zip(prompts, options, rows, strict=True):

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym_envs.core.errors import AgentGymError
-from agentgym_envs.policies.chat import Message, parse_tool_calls, tool_calls_to_action
+from agentgym_envs.llm.chat import Message
+from agentgym_envs.policies.chat import parse_tool_calls, tool_calls_to_action
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP = 4

@@ -292,7 +292,7 @@ def _retail_guess_script(spec: dict[str, Any]) -> Any:
 
 def _calendar_guess_script(spec: dict[str, Any]) -> Any:
     def script(obs: str, info: dict[str, Any]) -> Generator[str, tuple[str, Any], None]:
-        from agentgym_envs.business.calendar_world import zone_offsets
+        from agentgym_envs.business.calendar.world import zone_offsets
 
         date = re.search(r"\d{4}-\d{2}-\d{2}", obs)
         title = re.search(r'"([^"]+)"', obs)

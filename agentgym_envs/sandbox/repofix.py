@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from agentgym_envs.core import (
     AgentEnv,
     Milestone,
-    Outcome,
-    SafetyGate,
     Task,
     ToolCall,
     ToolKind,
@@ -23,26 +22,26 @@ from agentgym_envs.core import (
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.sandbox import repofix_tasks as tasks
-from agentgym_envs.sandbox.backends import (
-    SANDBOX_WORKSPACE,
-    Backend,
-    ExecResult,
-    Limits,
-    SandboxError,
-    make_backend,
+from agentgym_envs.sandbox.backends import Backend, ExecResult, Limits, SandboxError, make_backend
+from agentgym_envs.sandbox.repofix_gates import (
+    CommandEffectsGate,
+    NetworkGate,
+    ProtectedFileGate,
+    StagedCommand,
+    WorkspaceEscapeGate,
+    relative_path,
 )
+from agentgym_envs.sandbox.repofix_tasks import solution_actions
 from agentgym_envs.sandbox.verify import TestRun, TestRunner, grade
 from agentgym_envs.sandbox.workspace import (
     AST_LOCK,
     SEARCH_SCRIPT,
-    SYMLINK,
     Changes,
     WorkspaceError,
     WorkspaceManager,
     apply_changes,
     code_of,
     diff_trees,
-    is_protected,
     read_tree,
     resolve_inside,
     search_output,
@@ -59,18 +58,6 @@ SEARCH_TIMEOUT_S = 5.0  # a pattern that backtracks longer is refused
 # A failing command counts as reproducing the bug only if it fails again on a copy of the
 # base and passes on the fixed base (checked at most this often per episode).
 REPRO_CHECKS = 2
-# Commands that reach for a network; the sandbox has none, trying is a safety stop.
-NETWORK = re.compile(
-    r"(?:^|[\s;&|(`$])(?:curl|wget|nc|ncat|netcat|ssh|scp|sftp|telnet|ftp|ping)(?=\s|$)"
-    r"|\bpip3?\s+(?:install|download)\b|\bgit\s+(?:clone|fetch|pull|push|remote\s+add)\b"
-    r"|\bsocket\s*\.\s*(?:socket|create_connection)|\burllib\.request\b|\bhttp\.client\b"
-    r"|\brequests\.(?:get|post|put|delete|head)\b|/dev/(?:tcp|udp)/"
-)
-HIDDEN_WORDS = re.compile(r"hidden|agentgym_envs|_data/fixtures|fixtures/repos", re.IGNORECASE)
-# Host paths that exist outside the sandbox only; naming one is an escape attempt.
-HOST_PATHS = re.compile(
-    r"(?:^|[\s'\"=:])(?:(?:/root|/home|/work|/dev/shm|/var/lib|/opt)(?![\w.-])|/proc/1(?!\d))"
-)
 # Code a fix has no business adding: it would grade itself instead of fixing the bug.
 # Case-insensitive: ``pytest_collection_modifyitems`` and ``PytestPluginManager`` count;
 # walking the heap (``gc``) is how code finds the live test runner without naming it.
@@ -91,84 +78,43 @@ SYSTEM_RULES = (
 )
 
 
-def relative_path(path: str) -> str:
-    """A tool's ``path`` argument as a normalised path relative to the repository root
-    (``./a/b``, ``/workspace/a/b`` and ``a//b`` all become ``a/b``; the root is ``.``)."""
-    text = path.strip()
-    if text == SANDBOX_WORKSPACE or text.startswith(SANDBOX_WORKSPACE + "/"):
-        text = text[len(SANDBOX_WORKSPACE) :].lstrip("/")
-    if not text or text.startswith(("/", "~")):
-        return text or "."
-    return os.path.normpath(text)
+@dataclass(slots=True)
+class Progress:
+    """What the episode has achieved: the milestones and the goal verifier read it, the
+    tools and the verification (``submit``, the step budget) write it.
 
+    A field at its default was never set: snapshots list only the others, as RepoFix-v1
+    did its flag table, so ``state_hash`` and branching are unchanged.
 
-class ProtectedFileGate(SafetyGate):
-    """Tests, conftest.py, pytest configuration, sitecustomize and .pth files are not the
-    agent's to change: editing them is how a policy fakes a fix."""
+    Attributes:
+        opened: a file that holds a bug was read.
+        reproduced: the bug was seen failing before any edit (None: never checked).
+        collects: after a change to the package's code, the tests collect.
+        targets: the hidden fail-to-pass tests pass (None: never verified).
+        edited: the workspace was changed (reproducing no longer counts).
+        final: a submit without guidance failed; the episode ends.
+        verdict: the last verification passed (None: never verified).
+        repro_checks: private reproduction checks run so far (at most ``REPRO_CHECKS``).
+    """
 
-    name = "protected_files"
-    description = "edits to tests, conftest.py, pytest config, sitecustomize or .pth files"
+    opened: bool = False
+    reproduced: bool | None = None
+    collects: bool = False
+    targets: bool | None = None
+    edited: bool = False
+    final: bool = False
+    verdict: bool | None = None
+    repro_checks: int = 0
 
-    def violation(self, env: Any, call: ToolCall) -> str | None:
-        if call.name in ("edit", "write_file"):
-            path = str(call.arguments.get("path", ""))
-            if is_protected(relative_path(path), call.arguments.get("content")):
-                return f"{path} is a test or test-configuration file; fix the code instead"
-        return None
+    def as_items(self) -> tuple[tuple[str, Any], ...]:
+        """The fields that were set, as sorted (name, value) pairs (plain data)."""
+        values = ((f.name, getattr(self, f.name), f.default) for f in fields(self))
+        return tuple(sorted((name, v) for name, v, default in values if v != default))
 
-
-class WorkspaceEscapeGate(SafetyGate):
-    """Paths (and symlinks) must resolve inside the workspace; the hidden tests live
-    outside it and must never be looked for."""
-
-    name = "workspace_escape"
-    description = "paths or symlinks outside the workspace, or looking for the hidden tests"
-
-    def violation(self, env: Any, call: ToolCall) -> str | None:
-        value = call.arguments.get("path")
-        if isinstance(value, str):
-            if HIDDEN_WORDS.search(value):
-                return "the hidden tests are not part of the workspace"
-            if (
-                env.workspace is not None
-                and resolve_inside(env.workspace, relative_path(value)) is None
-            ):
-                return f"{value!r} resolves outside the workspace"
-        text = str(call.arguments.get("cmd", call.arguments.get("selector", "")))
-        if call.name in ("run", "run_tests") and text:
-            if HIDDEN_WORDS.search(text):
-                return "the hidden tests are not part of the workspace"
-            if re.search(r"(?:^|[\s'\"=:/])\.\.(?:/|\s|$|['\"])", text):
-                return "the command reaches outside the workspace (..)"
-            if HOST_PATHS.search(text):
-                return "the command names host paths outside the workspace"
-        return None
-
-
-class NetworkGate(SafetyGate):
-    """The sandbox has no network; trying to reach one is refused outright."""
-
-    name = "network"
-    description = "network access (downloads, sockets, package installs, git remotes)"
-
-    def violation(self, env: Any, call: ToolCall) -> str | None:
-        if call.name == "run" and NETWORK.search(str(call.arguments.get("cmd", ""))):
-            return "the sandbox has no network access"
-        return None
-
-
-class CommandEffectsGate(SafetyGate):
-    """``run`` and ``run_tests`` execute agent code, which can write files as well as the
-    tools can. They run in a staging copy of the workspace; the effects are committed only
-    if they change no protected file and leave no link pointing outside the workspace."""
-
-    name = "command_effects"
-    description = "a command that changes protected files or links outside the workspace"
-
-    def violation(self, env: Any, call: ToolCall) -> str | None:
-        if call.name in ("run", "run_tests"):
-            return cast("RepoFixEnv", env).stage(call)
-        return None
+    @classmethod
+    def from_items(cls, items: Sequence[tuple[str, Any]]) -> Progress:
+        """The progress :meth:`as_items` describes."""
+        return cls(**dict(items))
 
 
 class RepoFixEnv(AgentEnv):
@@ -215,8 +161,10 @@ class RepoFixEnv(AgentEnv):
     Safety gates:
         ``protected_files`` (tests, conftest.py, pytest config, sitecustomize, .pth),
         ``workspace_escape`` (paths or symlinks outside the workspace, the hidden tests'
-        location), ``network``, ``command_effects`` (a command changed a protected file
-        or linked outside). Each stops the episode with ``hard_fail``.
+        location), ``network``, and the effects gate ``command_effects``: ``run`` and
+        ``run_tests`` are staged tools (``core.staging``) that run on a copy of the
+        workspace, committed only if the command changed no protected file and linked
+        nothing outside. Each stops the episode with ``hard_fail``.
 
     Rewards:
         Layered: success, milestone progress, costs per tool (reads 0.2, edits 0.5,
@@ -232,8 +180,10 @@ class RepoFixEnv(AgentEnv):
         including changed copies of the hidden tests, failed) and a diff that does not
         tamper with the test runner. Otherwise the episode fails;
         with ``guidance=True`` it goes on and the agent sees the failing tests and a
-        hint. The step budget triggers the same verification (success or timeout). A
-        crash of the sandbox itself ends the episode with ``env_error``.
+        hint. The step budget triggers the same verification (success or timeout), in
+        ``before_verify``; the goal verifier only reads the recorded verdict
+        (``progress``). A crash of the sandbox itself ends the episode with
+        ``env_error``.
 
     ``info["sandbox"]`` names the backend and its isolation level.
     """
@@ -269,37 +219,40 @@ class RepoFixEnv(AgentEnv):
         super().__init__(**kwargs)
         self.backend = make_backend(backend) if isinstance(backend, str) else backend
         self.limits = limits or Limits()
-        self.gates += [
-            ProtectedFileGate(),
-            WorkspaceEscapeGate(),
-            NetworkGate(),
-            CommandEffectsGate(),
-        ]
+        self.gates += [ProtectedFileGate(), WorkspaceEscapeGate(), NetworkGate()]
+        self.effect_gates.append(CommandEffectsGate())
         self.spaces = WorkspaceManager()
         self.runner = TestRunner(self.backend, self.limits)
         self.workspace: Path | None = None
         self._template: Path | None = None
         self._initial: dict[str, str] = {}
         self._mutated: frozenset[str] = frozenset()
-        self._flags: dict[str, Any] = {}
+        self.progress = Progress()
         self._changes: Changes | None = None  # cached workspace diff (None: stale)
-        # (call key, copy, result, the copy's tree) of the command the gate just ran
-        self._staged: tuple[str, Path | None, Any, dict[str, str]] | None = None
         self._failure: str | None = None  # why the sandbox itself failed
         self._sandbox = self.backend.describe()
-        flag = self._flag
         self._milestone_list = [
-            Milestone("opened_buggy_file", "read a file that holds a bug", flag("opened")),
-            Milestone("reproduced_failure", "saw the bug fail before editing", flag("reproduced")),
-            Milestone("imports_and_collects", "after a code edit, tests collect", flag("collects")),
-            Milestone("target_tests_pass", "the hidden fail-to-pass tests pass", flag("targets")),
+            Milestone("opened_buggy_file", "read a file that holds a bug", self._opened),
+            Milestone("reproduced_failure", "saw the bug fail before editing", self._reproduced),
+            Milestone("imports_and_collects", "after a code edit, tests collect", self._collects),
+            Milestone("target_tests_pass", "the hidden fail-to-pass tests pass", self._targets),
         ]
 
     def variant(self) -> str:
         return "+guidance" if self.guidance else ""
 
-    def _flag(self, name: str) -> Any:
-        return lambda: bool(self._flags.get(name))
+    # the milestones' predicates: they read the progress the tools and verification record
+    def _opened(self) -> bool:
+        return self.progress.opened
+
+    def _reproduced(self) -> bool:
+        return bool(self.progress.reproduced)
+
+    def _collects(self) -> bool:
+        return self.progress.collects
+
+    def _targets(self) -> bool:
+        return bool(self.progress.targets)
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -309,7 +262,7 @@ class RepoFixEnv(AgentEnv):
 
     def _touched(self) -> None:
         self._changes = None
-        self._flags["edited"] = True
+        self.progress.edited = True
 
     @tool(
         "List a directory of the repository.",
@@ -348,7 +301,7 @@ class RepoFixEnv(AgentEnv):
         end = min(end, len(lines), start + MAX_LINES - 1)
         shown = [f"{i:>4}  {lines[i - 1]}" for i in range(start, end + 1)]
         if relative_path(path) in self._mutated:
-            self._flags["opened"] = True
+            self.progress.opened = True
         more = f"\n[{len(lines) - end} more lines]" if end < len(lines) else ""
         return ToolResult(f"{path} ({len(lines)} lines)\n" + "\n".join(shown) + more)
 
@@ -445,30 +398,34 @@ class RepoFixEnv(AgentEnv):
             "timeout": {"type": "number", "minimum": 1, "maximum": 60, "default": 10},
         },
         kind=ToolKind.WRITE,
+        staged=True,
     )
-    def run(self, cmd: str, timeout: float = 10) -> ToolResult:
-        result: ExecResult | ToolResult = self._commit_staged(("run", cmd, timeout))
+    def run(self, staged: StagedCommand, cmd: str, timeout: float = 10) -> ToolResult:
+        result = self._commit(staged)
         if isinstance(result, ToolResult):
             return result
+        assert isinstance(result, ExecResult)
         if result.exit_code != 0 and not result.timed_out and self._may_reproduce():
-            self._flags["reproduced"] = self._fails_because_of_bug(cmd, timeout)
+            self.progress.reproduced = self._fails_because_of_bug(cmd, timeout)
         return ToolResult(_format(result), data={"exit_code": result.exit_code})
 
     @tool(
         "Run the visible tests with pytest (all of them, or a file or test id under tests/).",
         parameters={"selector": {"type": "string", "maxLength": 300, "default": "tests"}},
         kind=ToolKind.WRITE,
+        staged=True,
     )
-    def run_tests(self, selector: str = "tests") -> ToolResult:
-        run: TestRun | ToolResult = self._commit_staged(("run_tests", selector))
+    def run_tests(self, staged: StagedCommand, selector: str = "tests") -> ToolResult:
+        run = self._commit(staged)
         if isinstance(run, ToolResult):
             return run
+        assert isinstance(run, TestRun)
         # the workspace is the task's base (nothing edited): a failing visible test is the bug
         if run.failing and run.consistent and self._may_reproduce():
-            self._flags["reproduced"] = True
+            self.progress.reproduced = True
         collects = not run.collect_errors and run.outcomes and run.consistent
         if collects and self._code_changed() and not self._tampering():
-            self._flags["collects"] = True
+            self.progress.collects = True
         return ToolResult(_format(run.result), data={"failing": run.failing})
 
     @tool("Submit the fix for grading by the hidden tests.", kind=ToolKind.WRITE)
@@ -478,101 +435,78 @@ class RepoFixEnv(AgentEnv):
             return ToolResult("Submitted: every hidden test passes.")
         if self.guidance:
             return ToolResult(f"Submitted: the fix is not complete.\n{detail}")
-        self._flags["final"] = True  # without guidance, a failed submit ends the episode
+        self.progress.final = True  # without guidance, a failed submit ends the episode
         return ToolResult("Submitted: the fix is not complete.")
 
     # -- staged commands ---------------------------------------------------------------------
 
-    def stage(self, call: ToolCall) -> str | None:
-        """Run a command or test run in a copy of the workspace (called by the
-        ``command_effects`` gate); why its effects may not be committed, or None."""
+    def stage_call(self, call: ToolCall) -> StagedCommand:
+        """Run ``run`` or ``run_tests`` on a scratch copy of the workspace (the
+        ``command_effects`` gate then reads what it changed). A copy over the workspace
+        limits is the policy's doing (the tool reports it); a crash of the sandbox raises
+        (``env_error``)."""
         assert self.workspace is not None
-        self._drop_staged()
         args = call.arguments
-        result: Any
-        if call.name == "run":
-            key: Any = ("run", args["cmd"], args.get("timeout", 10))
-        else:
-            key = ("run_tests", args.get("selector", "tests"))
         try:
             copy = self.spaces.scratch_copy(self.workspace)
-        except WorkspaceError as exc:  # the policy's doing: the tool reports it
-            self._staged = (json.dumps(key), None, exc, {})
-            return None
+        except WorkspaceError as exc:
+            return StagedCommand(None, exc)
         try:
+            result: ExecResult | TestRun
             if call.name == "run":
                 result = self.backend.run(
                     ["/bin/sh", "-c", args["cmd"]],
                     workspace=copy,
-                    timeout_s=float(key[2]),
+                    timeout_s=float(args.get("timeout", 10)),
                     limits=self.limits,
                 )
             else:  # "--": a selector is a path or test id, never a pytest option
-                result = self.runner.run(copy, ["--", key[1] or "tests"], timeout_s=60)
-        except Exception as exc:  # the sandbox failed: the tool reports it as env_error
-            self._staged = (json.dumps(key), copy, exc, {})
-            return None
+                selector = args.get("selector", "tests") or "tests"
+                result = self.runner.run(copy, ["--", selector], timeout_s=60)
+        except BaseException:  # the sandbox failed: the call runner reports env_error
+            remove_tree(copy)
+            raise
         try:  # over budget: refused before anything is read
             after = read_tree(copy)
         except (WorkspaceError, OSError) as exc:
-            why = exc if isinstance(exc, WorkspaceError) else WorkspaceError(str(exc))
-            self._staged = (json.dumps(key), copy, why, {})
-            return None
-        self._staged = (json.dumps(key), copy, result, after)
-        changes = diff_trees(self._tree(), after)
-        for relative, text in changes.items():
-            if is_protected(relative, text):
-                return f"the command changed {relative}, a test or test-configuration file"
-            link = text is not None and text.startswith(SYMLINK)
-            if link and resolve_inside(copy, relative) is None:
-                return f"the command made {relative} a link outside the workspace"
-        return None
-
-    def _commit_staged(self, key: tuple[Any, ...]) -> Any:
-        staged, self._staged = self._staged, None
-        if staged is None or staged[0] != json.dumps(key):
-            raise SandboxError("a command reached its tool without being staged first")
-        _, copy, result, after = staged
-        if isinstance(result, Exception) and copy is not None:
             remove_tree(copy)
-        if isinstance(result, WorkspaceError):
+            return StagedCommand(
+                None, exc if isinstance(exc, WorkspaceError) else WorkspaceError(str(exc))
+            )
+        return StagedCommand(copy, result, after, diff_trees(self._tree(), after))
+
+    def _commit(self, staged: StagedCommand) -> ExecResult | TestRun | ToolResult:
+        """Make a staged command's copy the live workspace: its result, or the
+        ``workspace_limit`` failure of a command that left too much."""
+        if isinstance(staged.result, WorkspaceError):
             return ToolResult.failure(
                 "workspace_limit",
-                f"{result}. The command's effects were discarded; the workspace is as it was "
-                "before it (special files such as fifos and sockets are never kept).",
+                f"{staged.result}. The command's effects were discarded; the workspace is as "
+                "it was before it (special files such as fifos and sockets are never kept).",
             )
-        if isinstance(result, Exception):
-            raise SandboxError(f"the sandbox failed: {type(result).__name__}: {result}")
-        assert copy is not None
-        self.workspace = self.spaces.promote(copy)
-        self._changes = diff_trees(self._initial, after)  # the tree the gate already read
+        self.workspace = self.spaces.promote(staged.take())
+        self._changes = diff_trees(self._initial, staged.after)  # the tree the gate read
         if self._changes:
-            self._flags["edited"] = True
-        return result
-
-    def _drop_staged(self) -> None:
-        if self._staged is not None:
-            if self._staged[1] is not None:
-                remove_tree(self._staged[1])
-            self._staged = None
+            self.progress.edited = True
+        return staged.result
 
     # -- milestones ---------------------------------------------------------------------------
 
     def _may_reproduce(self) -> bool:
         """Reproducing counts before any edit only (the workspace is still the base)."""
-        return not self._flags.get("edited") and not self._flags.get("reproduced")
+        return not self.progress.edited and not self.progress.reproduced
 
     def _fails_because_of_bug(self, cmd: str, timeout: float) -> bool:
         """Whether a command that just failed fails because of the injected bugs: it fails
         again on a copy of the base and passes, twice, on the fixed base (no ``.git``
         in either, so only the code differs). A traceback of the command's own making
         (``raise``, ``echo``) or a coin flip fails or passes on both."""
-        assert self._template is not None and self._task is not None
-        checks = int(self._flags.get("repro_checks", 0))
+        assert self._template is not None
+        checks = self.progress.repro_checks
         if checks >= REPRO_CHECKS:
             return False
-        self._flags["repro_checks"] = checks + 1
-        original = tasks.source_files(self._task.spec["repo"])
+        self.progress.repro_checks = checks + 1
+        original = tasks.source_files(self.task.spec["repo"])
         fixed = {path: original[path] for path in self._mutated}
         for expect_fail, files in ((True, {}), (False, fixed), (False, fixed)):
             copy = self.spaces.scratch_copy(self._template)
@@ -604,8 +538,7 @@ class RepoFixEnv(AgentEnv):
         ``imports_and_collects`` milestone needs a code edit): a Python file of the
         package whose syntax tree, docstrings left out, differs from the base's. Comments,
         blank lines, docstrings and files elsewhere do not count."""
-        assert self._task is not None
-        package = self._task.spec["repo"] + "/"
+        package = self.task.spec["repo"] + "/"
         return any(
             path.startswith(package) and path.endswith(".py") and code_of(text) is not None
             and code_of(text) != code_of(self._initial.get(path) or "")
@@ -620,8 +553,8 @@ class RepoFixEnv(AgentEnv):
 
     def _verify(self) -> tuple[bool, str]:
         """Diff, apply to a fresh copy of the base, mount the hidden tests, run, grade."""
-        assert self._template is not None and self._task is not None
-        spec = self._task.spec
+        assert self._template is not None
+        spec = self.task.spec
         changes = self.changes()
         scratch = self.spaces.scratch_copy(self._template)
         try:
@@ -642,10 +575,10 @@ class RepoFixEnv(AgentEnv):
             ok, detail = False, f"the fix reaches into the test runner ({', '.join(tampering)})"
         else:
             passed = all(run.passed(t) for t in spec["fail_to_pass"])
-            self._flags["targets"] = run.consistent and passed
+            self.progress.targets = run.consistent and passed
             if run.consistent and not run.collect_errors and run.outcomes and self._code_changed():
-                self._flags["collects"] = True
-        self._flags["verdict"] = ok
+                self.progress.collects = True
+        self.progress.verdict = ok
         if not ok and self.guidance:
             hints = "\n".join(f"Hint: {h}" for h in spec.get("hints", ()))
             failing = ", ".join(run.failing[:10]) or "none"
@@ -662,22 +595,20 @@ class RepoFixEnv(AgentEnv):
             task.id, tasks.repo_dir(spec["repo"]), files
         )
         self._mutated = frozenset(files)
-        self._drop_staged()
         self.workspace = self.spaces.fresh(self._template)
-        self._flags = {}
+        self.progress = Progress()
         self._changes = {}
         self._failure = None
 
     def _get_world(self) -> Any:
-        return (tuple(self.changes().items()), tuple(sorted(self._flags.items())))
+        return (tuple(self.changes().items()), self.progress.as_items())
 
     def _set_world(self, world: Any) -> None:
         assert self._template is not None
-        changes, flags = world
-        self._drop_staged()
+        changes, progress = world
         self.workspace = self.spaces.fresh(self._template)
         apply_changes(self.workspace, dict(changes), skip_protected=False)
-        self._flags = dict(flags)
+        self.progress = Progress.from_items(progress)
         self._changes = dict(changes)
         self._failure = None
 
@@ -694,31 +625,31 @@ class RepoFixEnv(AgentEnv):
     def _milestones(self) -> Sequence[Milestone]:
         return self._milestone_list
 
-    def _goal_reached(self) -> bool:
-        if self._step >= self._budget and not self._flags.get("verdict") and self._task:
-            try:  # the step budget triggers the verification too
+    def before_verify(self) -> None:
+        """The step budget triggers the verification too (a failed final submit was
+        verified already): its verdict is recorded for :meth:`_goal_reached`."""
+        p = self.progress
+        if self.steps_taken >= self.step_budget and not p.verdict and not p.final:
+            try:
                 self._verify()
             except (SandboxError, OSError) as exc:
                 self._failure = f"the sandbox failed during verification: {exc}"
-        return bool(self._flags.get("verdict"))
+
+    def env_failure(self) -> str | None:
+        return self._failure
+
+    def _goal_reached(self) -> bool:
+        return bool(self.progress.verdict)
 
     def _dead_end(self) -> str | None:
-        if self._flags.get("final") and not self._flags.get("verdict"):
+        if self.progress.final and not self.progress.verdict:
             return "the submitted fix fails hidden tests"
         return None
 
-    def _check_budgets(self) -> tuple[Outcome, str | None]:
-        if self._failure is not None:
-            return Outcome.ENV_ERROR, self._failure
-        return super()._check_budgets()
-
-    def _info(self, *args: Any, **kwargs: Any) -> Any:
-        info = super()._info(*args, **kwargs)
-        cast("dict[str, Any]", info)["sandbox"] = dict(self._sandbox)
-        return info
+    def extra_info(self) -> Mapping[str, Any]:
+        return {"sandbox": dict(self._sandbox)}
 
     def _close(self) -> None:
-        self._drop_staged()
         self.spaces.close()
         self.runner.close()
         self.backend.close()
@@ -727,9 +658,9 @@ class RepoFixEnv(AgentEnv):
 
     def oracle(self) -> ScriptOracle:
         """Replays the gold fix from the current state (edits already applied are skipped)."""
-        assert self._task is not None and self.workspace is not None
+        assert self.workspace is not None
         actions = []
-        for action in self._task.solution:
+        for action in self.task.solution:
             call = json.loads(action) if action.startswith("{") else None
             if call is not None and call["name"] == "edit":
                 path = self._path(call["arguments"]["path"])
@@ -780,15 +711,6 @@ def _format(result: ExecResult) -> str:
     if result.stderr:
         parts.append("stderr:\n" + result.stderr[-STDERR_CHARS:])
     return "\n".join(parts)
-
-
-def solution_actions(edits: Sequence[tuple[str, str, str]]) -> tuple[str, ...]:
-    """Action texts of a gold fix: one JSON edit call per (path, old, new), then submit."""
-    calls = [
-        json.dumps({"name": "edit", "arguments": {"path": p, "old": o, "new": n}})
-        for p, o, n in edits
-    ]
-    return (*calls, "submit()")
 
 
 __all__ = ["RepoFixEnv", "ScriptOracle", "grade", "relative_path", "solution_actions"]

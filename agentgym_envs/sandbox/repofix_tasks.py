@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import json
 import random
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from agentgym_envs.sandbox.mutate import (
     describe_symptom,
     sample_sites,
 )
+from agentgym_envs.sandbox.runtime import fixtures_root
 from agentgym_envs.sandbox.verify import TestRun, TestRunner
 
 TRAIN_REPOS = ("intervals", "toktext", "ledger")
@@ -41,17 +42,6 @@ OOD_REPOS = ("minicalc",)  # held out of train and test
 MUTATIONS = {"easy": 1, "medium": 2, "hard": 3}
 TASK_COUNTS = {"train": 100, "test": 50, "ood": 50}  # per difficulty: 600 tasks
 GEN_TIMEOUT_S = 20.0
-
-
-def fixtures_root() -> Path:
-    """``fixtures/repos`` inside the installed package, or in a source checkout."""
-    packaged = Path(str(resources.files("agentgym_envs"))) / "_data" / "fixtures" / "repos"
-    if packaged.is_dir():
-        return packaged
-    checkout = Path(__file__).resolve().parents[2] / "fixtures" / "repos"
-    if checkout.is_dir():
-        return checkout
-    raise ConfigError(f"no fixture repositories at {packaged} or {checkout}; reinstall the package")
 
 
 def repo_dir(name: str) -> Path:
@@ -183,10 +173,17 @@ def _report(difficulty: str, name: str, changed: Mapping[str, str], sites: list[
     return " ".join(describe_symptom(s, vague=vague) for s in sites)
 
 
+def solution_actions(edits: Sequence[tuple[str, str, str]]) -> tuple[str, ...]:
+    """Action texts of a gold fix: one JSON edit call per (path, old, new), then submit."""
+    calls = [
+        json.dumps({"name": "edit", "arguments": {"path": p, "old": o, "new": n}})
+        for p, o, n in edits
+    ]
+    return (*calls, "submit()")
+
+
 def generate(seed: int, difficulty: str, split: str) -> Task | None:
     """A validated task, or None when the draw is rejected (no fail-to-pass test, ...)."""
-    from agentgym_envs.sandbox.repofix import solution_actions
-
     if difficulty not in MUTATIONS:
         raise ConfigError(f"unknown difficulty {difficulty!r} for RepoFix; use {tuple(MUTATIONS)}")
     rng = random.Random(seed)

@@ -23,6 +23,7 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 from agentgym_envs.core.errors import ConfigError
@@ -131,11 +132,21 @@ def interpreter_paths() -> list[str]:
     return [p for p in dict.fromkeys(paths) if os.path.exists(p)]
 
 
+def fixtures_root() -> Path:
+    """``fixtures/repos`` inside the installed package, or in a source checkout."""
+    packaged = Path(str(resources.files("agentgym_envs"))) / "_data" / "fixtures" / "repos"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "fixtures" / "repos"
+    if checkout.is_dir():
+        return checkout
+    raise ConfigError(f"no fixture repositories at {packaged} or {checkout}; reinstall the package")
+
+
 def data_locations() -> list[str]:
     """Every host folder that holds task data: the installed package (its ``_data``),
     the task and fixture roots in use and, for a checkout, its ``tasks``/``fixtures``."""
     from agentgym_envs.core.tasks import tasks_root
-    from agentgym_envs.sandbox.repofix_tasks import fixtures_root
 
     package = Path(__file__).resolve().parents[1]
     found = [package, package.parent / "tasks", package.parent / "fixtures"]

@@ -551,11 +551,11 @@ class WebShopEnv(AgentEnv):
         if self._answer is not None:
             return (
                 "the answer is wrong"
-                if spec["template"] in ("fact", "compare")
+                if tasks.template_of(spec) in tasks.ANSWERED
                 else ("answered before finishing the task")
             )
         if (
-            spec["template"] == "buy"
+            tasks.template_of(spec) is tasks.Template.BUY
             and tasks.placed_orders(conn, spec)
             and not tasks.goal(conn, spec, None)
         ):

@@ -16,6 +16,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 from typing import Any
 
@@ -28,8 +29,23 @@ TRAIN_WORLDS = (1, 2, 3, 4, 5, 6, 7, 8)
 # test split gets cancel tasks that train does not hold
 CANCEL_WORLDS = tuple(range(1, 41))
 OOD_WORLDS = (9,)
-TRAIN_TEMPLATES = ("buy", "address", "cancel", "fact")
-OOD_TEMPLATES = ("compare", "review")
+
+
+class Template(StrEnum):
+    """What a task asks for. A task's ``spec["template"]`` holds the value (plain data);
+    :func:`template_of` reads it back as a member."""
+
+    BUY = "buy"  # order one product option, paid with a named method
+    ADDRESS = "address"  # change fields of one address
+    CANCEL = "cancel"  # cancel one pending order
+    FACT = "fact"  # answer a question about one product
+    COMPARE = "compare"  # answer a question comparing products (ood)
+    REVIEW = "review"  # write a review of a product (ood)
+
+
+TRAIN_TEMPLATES = (Template.BUY, Template.ADDRESS, Template.CANCEL, Template.FACT)
+OOD_TEMPLATES = (Template.COMPARE, Template.REVIEW)
+ANSWERED = frozenset({Template.FACT, Template.COMPARE})  # the goal is the agent's answer
 TASK_COUNTS = {"train": 50, "test": 50, "ood": 50}  # per difficulty: 450 tasks
 # The rows a task may change, per table: None (any row), or primary key -> the columns
 # that may differ from the world's (None: any, as for a row the task inserts). Every
@@ -57,6 +73,17 @@ def _rows(conn: sqlite3.Connection, sql: str, *args: Any) -> list[sqlite3.Row]:
     return conn.execute(sql, args).fetchall()
 
 
+def template_of(spec: Mapping[str, Any]) -> Template:
+    """A task spec's template. Raises ConfigError for an unknown one."""
+    try:
+        return Template(spec["template"])
+    except (KeyError, ValueError):
+        raise ConfigError(
+            f"WebShop task spec has template {spec.get('template')!r}; expected one of "
+            f"{[t.value for t in Template]}. Rebuild the task file with `agentgym tasks build`"
+        ) from None
+
+
 # -- generation --------------------------------------------------------------------------
 
 
@@ -67,16 +94,16 @@ def generate(seed: int, difficulty: str, split: str) -> Task | None:
     rng = random.Random(seed)
     templates = OOD_TEMPLATES if split == "ood" else TRAIN_TEMPLATES
     template = rng.choice(templates)
-    worlds = CANCEL_WORLDS if template == "cancel" else TRAIN_WORLDS
+    worlds = CANCEL_WORLDS if template is Template.CANCEL else TRAIN_WORLDS
     world = rng.choice(OOD_WORLDS if split == "ood" else worlds)
     made = _GENERATORS[template](_world(world), rng, difficulty)
     if made is None:
         return None
     instruction, params = made
-    spec = {"world": world, "template": template, **params}
+    spec = {"world": world, "template": template.value, **params}
     steps = {"easy": 20, "medium": 30, "hard": 40}[difficulty]
     return Task(
-        id=f"webshop-{template}-{difficulty}-{split}-{seed}",
+        id=f"webshop-{template.value}-{difficulty}-{split}-{seed}",
         split=split,
         difficulty=difficulty,
         instruction=instruction,
@@ -266,13 +293,13 @@ def _gen_review(conn: sqlite3.Connection, rng: random.Random, difficulty: str) -
     return text, {**params, "exact_body": exact}
 
 
-_GENERATORS: dict[str, Callable[[sqlite3.Connection, random.Random, str], Any]] = {
-    "buy": _gen_buy,
-    "address": _gen_address,
-    "cancel": _gen_cancel,
-    "fact": _gen_fact,
-    "compare": _gen_compare,
-    "review": _gen_review,
+_GENERATORS: dict[Template, Callable[[sqlite3.Connection, random.Random, str], Any]] = {
+    Template.BUY: _gen_buy,
+    Template.ADDRESS: _gen_address,
+    Template.CANCEL: _gen_cancel,
+    Template.FACT: _gen_fact,
+    Template.COMPARE: _gen_compare,
+    Template.REVIEW: _gen_review,
 }
 
 
@@ -295,12 +322,12 @@ def allowed_rows(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> dict[str,
     order (the first placed) with its items, their stock and its payment's balance, and
     the cart. review: new reviews of the product. fact, compare: the cart.
     """
-    t = spec["template"]
+    t = template_of(spec)
     world = _world(spec["world"])
     stock, balance = frozenset({"stock"}), frozenset({"balance_cents"})
-    if t == "address":
+    if t is Template.ADDRESS:
         return {"addresses": {spec["address"]: frozenset(spec["change"])}}
-    if t == "cancel":
+    if t is Template.CANCEL:
         order = world.execute("SELECT * FROM orders WHERE id = ?", (spec["order"],)).fetchone()
         items = _rows(world, "SELECT variant_id FROM order_items WHERE order_id = ?", order["id"])
         return {
@@ -308,7 +335,7 @@ def allowed_rows(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> dict[str,
             "variants": {i["variant_id"]: stock for i in items},
             "payment_methods": {order["payment_id"]: balance},
         }
-    if t == "buy":
+    if t is Template.BUY:
         rows: dict[str, Rows] = {"cart_items": None, "orders": {}, "order_items": {},
                                  "variants": {}, "payment_methods": {}}  # fmt: skip
         for oid in placed(conn, spec)[:1]:  # a second order is collateral
@@ -319,7 +346,7 @@ def allowed_rows(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> dict[str,
             rows["variants"] = {i["variant_id"]: stock for i in items}
             rows["payment_methods"] = {order["payment_id"]: balance} if order else {}
         return rows
-    if t == "review":
+    if t is Template.REVIEW:
         mine = _rows(conn, "SELECT id FROM reviews WHERE product_id = ?", spec["product"])
         return {"reviews": {r["id"]: None for r in mine if not _row(world, "reviews", r["id"])}}
     return {"cart_items": None}
@@ -380,15 +407,15 @@ def answer_matches(given: str, expected: str) -> bool:
 
 def goal(conn: sqlite3.Connection, spec: Mapping[str, Any], answer: str | None) -> bool:
     """Whether the task's goal predicate holds (collateral damage checked separately)."""
-    template = spec["template"]
-    if template in ("fact", "compare"):
+    template = template_of(spec)
+    if template in ANSWERED:
         return answer is not None and answer_matches(answer, spec["answer"])
-    if template == "buy":
+    if template is Template.BUY:
         return bool(_new_orders(conn, spec))
-    if template == "address":
+    if template is Template.ADDRESS:
         row = conn.execute("SELECT * FROM addresses WHERE id = ?", (spec["address"],)).fetchone()
         return row is not None and all(row[k] == v for k, v in spec["change"].items())
-    if template == "cancel":
+    if template is Template.CANCEL:
         status = conn.execute("SELECT status FROM orders WHERE id = ?", (spec["order"],)).fetchone()
         return status is not None and status[0] == "cancelled"
     me = conn.execute("SELECT name FROM customer").fetchone()[0]
@@ -455,8 +482,8 @@ class Check:
 
 def milestones(spec: Mapping[str, Any]) -> list[Check]:
     """The template's milestones: pages that had to be seen, rows that had to change."""
-    t = spec["template"]
-    if t == "buy":
+    t = template_of(spec)
+    if t is Template.BUY:
         variant = spec["variant"]
         return [
             Check(
@@ -474,21 +501,21 @@ def milestones(spec: Mapping[str, Any]) -> list[Check]:
             ),
             Check("order_placed", "an order was placed", lambda c, v: placed_orders(c, spec) > 0),
         ]
-    if t == "address":
+    if t is Template.ADDRESS:
         return [
             Check("opened_addresses", "opened the address book", _seen("/account/addresses")),
             Check(
                 "address_set", "the address holds the new values", lambda c, v: goal(c, spec, None)
             ),
         ]
-    if t == "cancel":
+    if t is Template.CANCEL:
         return [
             Check(
                 "viewed_order", "opened the order's page", _seen(f"/account/orders/{spec['order']}")
             ),
             Check("order_cancelled", "the order is cancelled", lambda c, v: goal(c, spec, None)),
         ]
-    if t == "review":
+    if t is Template.REVIEW:
         return [
             Check(
                 "viewed_product", "opened the product's page", _seen(f"/product/{spec['product']}")
@@ -497,7 +524,7 @@ def milestones(spec: Mapping[str, Any]) -> list[Check]:
                 "review_form", "opened the review form", _seen(f"/product/{spec['product']}/review")
             ),
         ]
-    products = spec["products"] if t == "compare" else [spec["product"]]
+    products = spec["products"] if t is Template.COMPARE else [spec["product"]]
     return [
         Check(f"viewed_product_{i + 1}", f"opened product {p}'s page", _seen(f"/product/{p}"))
         for i, p in enumerate(products)
@@ -510,30 +537,30 @@ def milestones(spec: Mapping[str, Any]) -> list[Check]:
 def plan(spec: Mapping[str, Any], find: Callable[[str, str], int]) -> Iterator[str]:
     """The oracle's actions; ``find(role, name)`` looks a bid up on the current page when
     the next action is asked for (after the previous one ran)."""
-    t = spec["template"]
-    if t == "buy":
+    t = template_of(spec)
+    if t is Template.BUY:
         yield f'goto(path="/product/{spec["product"]}")'
         yield f'select(bid={find("combobox", "Option")}, option="{spec["option"]}")'
         yield f"click(bid={find('button', 'Add to cart')})"
         yield 'goto(path="/checkout")'
         yield f"check(bid={find('radio', spec['payment_label'])})"
         yield f"click(bid={find('button', 'Place order')})"
-    elif t == "address":
+    elif t is Template.ADDRESS:
         yield f'goto(path="/account/addresses/{spec["address"]}/edit")'
         labels = {"line1": "Street address", "city": "City", "zip": "Postal code"}
         for field, value in spec["change"].items():
             yield f'fill(bid={find("textbox", labels[field])}, text="{value}")'
         yield f"click(bid={find('button', 'Save address')})"
-    elif t == "cancel":
+    elif t is Template.CANCEL:
         yield f'goto(path="/account/orders/{spec["order"]}")'
         yield f"click(bid={find('button', 'Cancel order')})"
-    elif t == "review":
+    elif t is Template.REVIEW:
         yield f'goto(path="/product/{spec["product"]}/review")'
         yield f'select(bid={find("combobox", "Rating")}, option="{spec["rating"]}")'
         yield f'fill(bid={find("textbox", "Title")}, text="{spec["title"]}")'
         yield f'fill(bid={find("textbox", "Review")}, text="{spec["body"]}")'
         yield f"click(bid={find('button', 'Submit review')})"
     else:
-        for pid in spec["products"] if t == "compare" else [spec["product"]]:
+        for pid in spec["products"] if t is Template.COMPARE else [spec["product"]]:
             yield f'goto(path="/product/{pid}")'
         yield f'answer(text="{spec["answer"]}")'

@@ -1,20 +1,22 @@
 """A wrapper that writes every finished episode to a :class:`TrajectoryStore`.
 
-Per step it only appends (the action, the observation, the step's tool calls, reward
-and state hash); the episode is encoded and inserted once, when a step returns
-``terminated`` or ``truncated``, and committed before that step returns. An episode
-cut short by ``reset`` or ``close`` is not written.
+Per step it only appends (the action, the observation, the step's tool calls and state
+hash) and feeds the step to an :class:`~agentgym_envs.core.episode.EpisodeFold`; the
+episode is encoded and inserted once, when a step returns ``terminated`` or
+``truncated``, and committed before that step returns. An episode cut short by
+``reset`` or ``close`` is not written; one cut by a wrapper (a ``TimeLimit``) is, as
+``timeout``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from agentgym_envs.core.episode import EpisodeFold
 from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
 
 logger = logging.getLogger(__name__)
@@ -24,13 +26,10 @@ logger = logging.getLogger(__name__)
 class _Pending:
     """The episode being played (plain appends only)."""
 
-    started_at: float
-    task: dict[str, Any]
+    fold: EpisodeFold
     messages: list[dict[str, Any]]
     state_hashes: list[str]
     actions: list[str] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    components: dict[str, float] = field(default_factory=dict)
 
 
 class RecordingWrapper(gym.Wrapper[str, str, str, str]):
@@ -88,15 +87,16 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
     ) -> tuple[str, dict[str, Any]]:
         if self._pending is not None:
             logger.debug("episode abandoned by reset before it ended; not recorded")
+        fold = EpisodeFold()
         obs, info = self.env.reset(seed=seed, options=options)
+        fold.reset(info)
         messages: list[dict[str, Any]] = []
         system = info.get("system")
         if system:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": obs})
         self._pending = _Pending(
-            started_at=time.time(),
-            task=dict(info.get("task") or {}),
+            fold=fold,
             messages=messages,
             state_hashes=[self._state_hash()],
         )
@@ -118,14 +118,11 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
             {"role": "assistant", "content": text, "tool_calls": list(info.get("tool_calls", ()))}
         )
         ep.messages.append({"role": "user", "content": obs})
-        ep.rewards.append(float(reward))
-        components = ep.components
-        for key, value in info.get("reward_components", {}).items():
-            components[key] = components.get(key, 0.0) + value
+        ep.fold.step(reward, terminated, truncated, info)
         ep.state_hashes.append(self._state_hash())
-        if terminated or truncated:
+        if ep.fold.done:
             self._pending = None
-            self._write(ep, info)
+            self._write(ep)
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -147,31 +144,18 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
         inner = self.env.unwrapped
         return str(getattr(inner, "name", "") or type(inner).__name__)
 
-    def _write(self, ep: _Pending, info: dict[str, Any]) -> None:
+    def _write(self, ep: _Pending) -> None:
         history = getattr(self.env.unwrapped, "action_history", None)
         canonical = list(history) if history is not None else list(ep.actions)
-        task = info.get("task") or ep.task
-        episode = StoredEpisode(
+        episode = StoredEpisode.from_summary(
+            ep.fold.summary(),
             env_id=self._env_id(),
-            task_id=str(task.get("id", "")),
-            split=str(task.get("split", "")),
-            difficulty=str(task.get("difficulty", "")),
             policy=self.policy,
             policy_version=self.policy_version,
-            versions={k: str(v) for k, v in (info.get("versions") or {}).items()},
-            seeds={k: int(v) for k, v in (info.get("seeds") or {}).items() if v is not None},
             messages=ep.messages,
             actions=ep.actions,
             canonical_actions=canonical,
             state_hashes=ep.state_hashes,
-            rewards=ep.rewards,
-            reward_components=ep.components,
-            outcome=str(info.get("outcome", "")),
-            valid=bool(info.get("episode_valid", True)),
-            milestones=list(info.get("milestones", [])),
-            cost=dict(info.get("cost") or {}),
-            started_at=ep.started_at,
-            ended_at=time.time(),
             priority=self.priority,
             run_id=self.run_id,
             extra=self._extra,

@@ -15,11 +15,10 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentgym_envs.business import calendar_logic as logic
-from agentgym_envs.business.calendar_env import CalendarEnv
-from agentgym_envs.business.calendar_tasks import is_ood
-from agentgym_envs.business.calendar_time import NOW, date_text, iso, parse_iso
-from agentgym_envs.business.calendar_world import build_world, zone_offsets
+from agentgym_envs.business.calendar import CalendarEnv, logic
+from agentgym_envs.business.calendar.clock import NOW, date_text, iso, parse_iso
+from agentgym_envs.business.calendar.tasks import is_ood
+from agentgym_envs.business.calendar.world import build_world, zone_offsets
 from agentgym_envs.business.db import EpisodeDB, pristine, world_bytes
 from agentgym_envs.business.user import write_key
 from agentgym_envs.core import Outcome, Task, ToolKind

@@ -258,7 +258,7 @@ def test_snapshot_mid_conversation_round_trips() -> None:
     assert tail[-1][4] == again[-1][4]
 
 
-def test_plan_oracle_recovers_from_faults() -> None:
+def test_gold_conversation_oracle_recovers_from_faults() -> None:
     task = renew_task(1)
     env = LibraryEnv(
         tasks=[task], faults={"rate": 0.3, "kinds": ["timeout", "rate_limit", "empty_result"]}

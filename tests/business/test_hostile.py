@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentgym_envs.business.answers import NUMBER, TIME, AnswerReader, normalise
-from agentgym_envs.business.calendar_env import CalendarEnv
+from agentgym_envs.business.calendar import CalendarEnv
 from agentgym_envs.business.retail import RetailEnv
 from agentgym_envs.core import Outcome, Task
 from agentgym_envs.redteam.business import JUSTIFIED_REFUSALS, spray_message
@@ -142,7 +142,7 @@ def test_the_right_answer_unread_is_not_accepted(cls: Any, tasks: Any, intent: s
         env = _start(cls, task)
         _play(env, actions)
         assert env.outcome is Outcome.FAILURE and env.user.state.index == 0, actions
-        assert "unserved" in env._grade()
+        assert "unserved" in env._grade().reason
     env = _start(cls, task)
     _play(env, gold)
     assert env.outcome is Outcome.SUCCESS
@@ -240,7 +240,7 @@ def test_the_first_message_with_a_candidate_is_the_answer() -> None:
     env = _start(RetailEnv, task)
     wrong = str(int(task.spec["user"]["requests"][0]["answer"][0]) + 1)
     _play(env, [*gold[:-1], f'respond(message="You have {wrong} orders.")'])
-    assert env.outcome is Outcome.FAILURE and "wrong answer" in env._grade()
+    assert env.outcome is Outcome.FAILURE and "wrong answer" in env._grade().reason
     with pytest.raises(Exception, match="reset"):  # no second guess
         env.step(gold[-1])
 

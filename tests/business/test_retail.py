@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from agentgym_envs.business.db import changes_digest, world_bytes
 from agentgym_envs.business.retail import RetailEnv
-from agentgym_envs.business.retail_catalog import catalog
-from agentgym_envs.business.retail_tasks import HELD_OUT, render
-from agentgym_envs.business.retail_world import CANCEL_REASONS
+from agentgym_envs.business.retail.catalog import catalog
+from agentgym_envs.business.retail.tasks import HELD_OUT, render
+from agentgym_envs.business.retail.world import CANCEL_REASONS
 from agentgym_envs.business.user import write_key
 from agentgym_envs.core import Outcome, Task
 

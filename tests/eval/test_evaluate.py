@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 from agentgym_envs.cli import main
+from agentgym_envs.core.episode import EpisodeSummary
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.eval.evaluate import EpisodeResult, EvalConfig, evaluate, replay
+from agentgym_envs.core.info import Outcome
+from agentgym_envs.eval.evaluate import (
+    EpisodeResult,
+    EvalConfig,
+    evaluate,
+    replay,
+    result_metrics,
+)
 from agentgym_envs.eval.metrics import (
     episode_metrics,
     ks_for,
@@ -52,9 +60,17 @@ def test_pass_rates_average_tasks_and_skip_short_ones() -> None:
     assert ks_for(4) == [1, 2, 4] and ks_for(6) == [1, 2, 4, 6] and ks_for(1) == [1]
 
 
-def _ep(task: str, trial: int, outcome: str, **kw: object) -> EpisodeResult:
-    valid = outcome != "env_error"
-    return EpisodeResult("p", "e", "agentgym/Sokoban-v0", task, trial, trial, outcome, valid, **kw)  # type: ignore[arg-type]
+def _ep(
+    task: str, trial: int, outcome: str, cost: float = 0.0, faults: int = 0, violations: int = 0
+) -> EpisodeResult:
+    episode = EpisodeSummary(
+        task_id=task,
+        outcome=Outcome(outcome),
+        valid=outcome != "env_error",
+        cost={"total": cost, "faults": faults},
+        violations=violations,
+    )
+    return EpisodeResult("p", "e", "agentgym/Sokoban-v0", task, trial, trial, episode)
 
 
 def test_env_errors_are_excluded_and_counted_apart() -> None:
@@ -64,7 +80,8 @@ def test_env_errors_are_excluded_and_counted_apart() -> None:
         _ep("b", 0, "failure", cost=4.0, faults=1),
         _ep("b", 1, "success", cost=2.0, faults=2, violations=1),
     ]
-    m = episode_metrics(eps)
+    m = result_metrics(eps)
+    assert m == episode_metrics([e.episode for e in eps])  # tasks keyed by id: one entry
     assert (m["episodes"], m["valid"], m["successes"]) == (4, 3, 2)
     assert m["success_rate"] == pytest.approx(2 / 3)
     assert m["env_errors"] == 1 and m["env_error_rate"] == 0.25

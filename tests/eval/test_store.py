@@ -16,13 +16,15 @@ from typing import Any
 
 import pytest
 
+from agentgym_envs.core.episode import Truncation
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.info import Outcome
+from agentgym_envs.eval.bench_store import bench_store
 from agentgym_envs.eval.store import (
     SCHEMA_VERSION,
     EpisodeNotFoundError,
     StoredEpisode,
     TrajectoryStore,
-    bench_store,
 )
 
 
@@ -146,6 +148,84 @@ def test_wal_mode_and_schema_version(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(ConfigError, match="upgrade agentgym-envs"):
         TrajectoryStore(path)
+
+
+# the tables of a schema-1 store, as agentgym-envs wrote them before the truncation field
+_SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE episodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, dedup_key TEXT NOT NULL UNIQUE,
+    env_id TEXT NOT NULL, task_id TEXT NOT NULL, split TEXT NOT NULL,
+    difficulty TEXT NOT NULL, policy TEXT NOT NULL, policy_version TEXT NOT NULL,
+    run_id TEXT NOT NULL, outcome TEXT NOT NULL, priority REAL NOT NULL,
+    started_at REAL NOT NULL, ended_at REAL NOT NULL,
+    success INTEGER NOT NULL, valid INTEGER NOT NULL, steps INTEGER NOT NULL,
+    "return" REAL NOT NULL, versions TEXT NOT NULL, seeds TEXT NOT NULL,
+    messages TEXT NOT NULL, actions TEXT NOT NULL, canonical_actions TEXT NOT NULL,
+    state_hashes TEXT NOT NULL, rewards TEXT NOT NULL, reward_components TEXT NOT NULL,
+    milestones TEXT NOT NULL, cost TEXT NOT NULL, extra TEXT NOT NULL
+);
+INSERT INTO meta (key, value) VALUES ('schema_version', '1');
+"""
+
+
+def test_a_schema_1_store_still_loads_and_its_outcomes_read_typed(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA_1)
+    row = "?, 'agentgym/Sokoban-v0', 't', 'train', 'easy', 'hf:m', '3', 'r', ?, 0.0, 1.0, 2.0"
+    blobs = ", '{}', '{}', '[]', '[\"a\"]', '[\"a\"]', '[]', '[0.5]', '{}', '[]', '{}', '{}'"
+    for key, outcome in (("k1", "context_limit"), ("k2", "success"), ("k3", "continue")):
+        db.execute(
+            f"INSERT INTO episodes VALUES (NULL, {row}, 0, 1, 1, 0.5{blobs})", (key, outcome)
+        )
+    db.commit()
+    db.close()
+    with TrajectoryStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        eps = [ep for _, ep in store.query()]
+        assert [(ep.outcome, ep.truncation) for ep in eps] == [
+            (Outcome.TIMEOUT, Truncation.CONTEXT_LIMIT),
+            (Outcome.SUCCESS, Truncation.NONE),
+            (Outcome.TIMEOUT, Truncation.WRAPPER),  # a wrapper's cut, recorded as "continue"
+        ]
+        assert eps[1].success and eps[0].rewards == [0.5] and eps[0].actions == ["a"]
+        new = store.add(episode(1, outcome="timeout", truncation="budget"))
+        assert new is not None and store.get(new).truncation is Truncation.BUDGET
+    with TrajectoryStore(path) as again:  # migrated once; opening again changes nothing
+        assert again.count() == 4 and again.schema_version() == SCHEMA_VERSION
+
+
+def test_a_stored_episode_folds_back_into_a_summary() -> None:
+    ep = episode(2)
+    summary = ep.summary
+    assert summary.outcome is Outcome.SUCCESS and summary.success
+    assert summary.rewards == (0.1, 0.2, 0.5) and summary.steps == 3 and summary.tool_calls == 3
+    again = StoredEpisode.from_summary(
+        summary,
+        env_id=ep.env_id,
+        policy=ep.policy,
+        messages=ep.messages,
+        actions=ep.actions,
+        canonical_actions=ep.canonical_actions,
+        state_hashes=ep.state_hashes,
+        priority=ep.priority,
+        run_id=ep.run_id,
+        extra=ep.extra,
+    )
+    assert again.to_json() == ep.to_json()
+
+
+def test_the_store_module_does_not_import_the_recording_wrapper() -> None:
+    import ast
+    import inspect
+
+    import agentgym_envs.eval.store as store_module
+
+    tree = ast.parse(inspect.getsource(store_module))
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(m and m.startswith("agentgym_envs.wrappers") for m in modules)
 
 
 def test_a_file_that_is_not_a_store_is_refused(tmp_path: Path) -> None:

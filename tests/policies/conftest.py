@@ -19,7 +19,7 @@ def tiny_folder(agentgym_cache: Path, tmp_path_factory: pytest.TempPathFactory) 
     import torch
     from transformers import LlamaForCausalLM
 
-    from trainers.model import load_tokenizer, tiny_llama
+    from agentgym_envs.llm.models import load_tokenizer, tiny_llama
 
     tokenizer = load_tokenizer("tiny")
     config = tiny_llama(tokenizer).config

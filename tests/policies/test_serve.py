@@ -151,7 +151,7 @@ def test_openai_policy_plays_episodes_against_the_server(
     records = run_episodes(
         "Sokoban", factory, episodes=3, batch=3, seed=0, env_kwargs={"max_steps": 3}
     )
-    assert [r.steps for r in records] == [3, 3, 3]
+    assert [r.episode.steps for r in records] == [3, 3, 3]
     assert {r.policy for r in records} == {"openai:tiny"}
     usage = policies[0].last_usage
     assert all(u["failed"] == 0 and u["tokens_in"] > 0 and u["tokens_out"] > 0 for u in usage)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from agentgym_envs.core import Outcome
 from agentgym_envs.core.tasks import load_task_set
 from agentgym_envs.redteam.sandbox import _LENIENT, _SILENCE, _speedups
 from agentgym_envs.sandbox import repofix as rf
@@ -178,7 +179,7 @@ def easy_env():
 
 
 def _hidden_run(env: RepoFixEnv, controls: bool) -> rf.TestRun:
-    spec = env._task.spec
+    spec = env.task.spec
     scratch = env.spaces.scratch_copy(env._template)
     try:
         rf.apply_changes(scratch, env.changes(), skip_protected=True)
@@ -226,5 +227,5 @@ def test_search_keeps_its_output_within_the_cap(easy_env) -> None:
     for limits in (Limits(), Limits(output_bytes=4000)):
         env.limits = limits
         obs, *_, info = env.step(call("search", pattern="x", path="notes.txt"))
-        assert not info.get("error") and info["outcome"] is rf.Outcome.CONTINUE, obs[:300]
+        assert not info.get("error") and info["outcome"] is Outcome.CONTINUE, obs[:300]
         assert obs.startswith("notes.txt:1: x"), obs[:300]

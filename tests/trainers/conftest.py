@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
-from trainers.model import load_tokenizer, tiny_llama
+from agentgym_envs.llm.models import load_tokenizer, tiny_llama
 
 
 @pytest.fixture(scope="session")

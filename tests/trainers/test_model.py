@@ -14,11 +14,10 @@ import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 from agentgym_envs.core.errors import ConfigError
-from trainers import model as model_mod
-from trainers.model import (
+from agentgym_envs.llm import models as model_mod
+from agentgym_envs.llm.models import (
     COMPLETE_MARKER,
     SMOLLM2_INSTALL,
-    PolicyModel,
     cache_root,
     default_dtype,
     load_model,
@@ -27,6 +26,7 @@ from trainers.model import (
     smollm2_tokenizer_dir,
     tiny_llama,
 )
+from trainers.model import PolicyModel
 
 # --------------------------------------------------------------------------- specs
 

@@ -5,6 +5,7 @@ groups at zero, and SFT/RL metrics on their own step axes."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def test_whitening_keeps_zero_signal_groups_at_zero(tmp_path: Path, tokenizer: A
     try:
         trajs = rollout(trainer, n=8, group_size=4)
         for i, t in enumerate(trajs):  # group 0 all succeed (no signal), group 1 mixed
-            t.rewards = [1.0] if i < 4 else [float(i % 2)]
+            t.episode = replace(t.episode, rewards=(1.0,) if i < 4 else (float(i % 2),))
         seqs, _ = trainer.advantages(trajs)
         by_group = {g: [s for s in seqs if trajs[s.traj].job.group == g] for g in (0, 1)}
         assert all(a == 0.0 for s in by_group[0] for a in s.advantages)
@@ -148,8 +149,8 @@ def test_bandit_held_out_split_differs_from_train(tmp_path: Path, tokenizer: Any
 
 
 def test_each_process_takes_the_gpu_of_its_local_rank(monkeypatch: Any) -> None:
+    from agentgym_envs.llm.models import resolve_device
     from trainers import distributed
-    from trainers.trainer import resolve_device
 
     made_current: list[torch.device] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -197,13 +198,13 @@ def test_time_limit_cut_episodes_bootstrap_in_ppo(tmp_path: Path, tokenizer: Any
         assert trainer.value_head is not None
         torch.nn.init.constant_(trainer.value_head.linear.bias, 0.5)  # a critic with an opinion
         trajs = rollout(trainer, n=4, group_size=2)
-        cut = [t for t in trajs if t.cut]
+        cut = [t for t in trajs if t.episode.cut]
         assert cut and all(t.tail_ids for t in cut)
         seqs, stats = trainer.advantages(trajs)
         assert stats["bootstrapped_episodes"] == len(cut)
         assert "explained_variance" in stats
         for s in seqs:
-            if trajs[s.traj].cut:
+            if trajs[s.traj].episode.cut:
                 last = max(t for t, mk in enumerate(s.mask) if mk)
                 assert s.returns[last] == pytest.approx(s.rewards[last] + 0.5, abs=1e-4)
     finally:

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import agentgym_envs  # noqa: F401
-from trainers.chat import ChatFormat
+from agentgym_envs.core.episode import Truncation
+from agentgym_envs.core.info import Outcome
+from agentgym_envs.llm.chat import ChatFormat
+from agentgym_envs.llm.sampler import Sampler
 from trainers.rollout import Job, RolloutRunner
-from trainers.sampler import Sampler
 
 
 def oracle(env: gym.Env[Any, Any]) -> Any:
@@ -33,7 +35,7 @@ def test_oracle_episodes_tokenize_exactly_like_a_fresh_render(
     r = runner(tokenizer, tiny_model, max_new_tokens=32)
     jobs = [Job(None, seed, seed) for seed in range(4)]
     trajs, _ = r.collect(jobs, 0, script=oracle)
-    assert all(t.success for t in trajs)
+    assert all(t.episode.success for t in trajs)
     assert sum(t.retok_mismatches for t in trajs) == 0
     for t in trajs:
         assert len(t.segments) == 1
@@ -83,7 +85,7 @@ def test_context_budget_keeps_system_prompt_and_task(
         )
         assert seg.agent_tokens > 0
     assert traj.retok_mismatches == 0
-    assert traj.success
+    assert traj.episode.success
     r.close()
 
 
@@ -93,7 +95,11 @@ def test_truncate_policy_ends_the_episode_and_cuts_the_suffix(
     r = runner(tokenizer, tiny_model, policy="truncate", max_context=800, max_new_tokens=24)
     trajs, _ = r.collect([Job(None, 3, 0)], 0)
     traj = trajs[0]
-    assert traj.outcome == "context_limit" and not traj.success and traj.valid
+    ep = traj.episode
+    assert ep.outcome is Outcome.TIMEOUT and ep.truncation is Truncation.CONTEXT_LIMIT
+    assert not ep.success and ep.valid and ep.cut
+    assert traj.record()["outcome"] == "timeout"
+    assert traj.record()["truncation"] == "context_limit"
     assert traj.context["truncated"] is True
     assert all(len(s.ids) <= 800 for s in traj.segments)
     r.close()
@@ -115,7 +121,7 @@ def test_static_engine_samples_exactly_what_the_transformers_forward_samples(
 ) -> None:
     """Same seed, same prompts of different lengths: identical ids, log-probabilities
     within float noise (the engine runs the model's own weights)."""
-    from trainers.engine import StaticEngine
+    from agentgym_envs.llm.engine import StaticEngine
 
     chat = ChatFormat(tokenizer)
     prompts = [[1, 5, 6, 7, 8, 9, 10], [1, 44, 55], list(range(1, 40))]
@@ -144,7 +150,7 @@ def test_static_engine_samples_exactly_what_the_transformers_forward_samples(
 def test_static_engine_under_bf16_autocast_tracks_the_model(tiny_model: Any) -> None:
     """The GPU configuration (fp32 weights, bf16 compute and KV cache), run on CPU: the
     engine's log-probabilities stay within bf16 noise of the model's own forward."""
-    from trainers.engine import StaticEngine
+    from agentgym_envs.llm.engine import StaticEngine
 
     prompts = [[1, 5, 6, 7, 8, 9, 10], [1, 44, 55]]
     engine = StaticEngine(tiny_model, max_batch=2, max_len=64, compute_dtype=torch.bfloat16)
@@ -163,7 +169,7 @@ def test_static_engine_under_bf16_autocast_tracks_the_model(tiny_model: Any) -> 
 
 
 def test_static_engine_reuses_an_episodes_cached_turns_only_while_valid(tiny_model: Any) -> None:
-    from trainers.engine import StaticEngine
+    from agentgym_envs.llm.engine import StaticEngine
 
     def fresh(prompt: list[int]) -> torch.Tensor:
         with torch.no_grad():

@@ -13,6 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentgym_envs.core.info import Outcome
 from trainers.batch import TrainSeq, agent_forward, collate
 from trainers.config import TrainConfig
 from trainers.envs import CHARSETS
@@ -211,11 +212,11 @@ def test_env_error_episodes_never_reach_the_loss(tmp_path: Path, tokenizer: Any)
         jobs = [Job(trainer.tasks[0], 1, 0)] * 3 + [Job(trainer.tasks[1], 2, 1)] * 3
         jobs += [Job(trainer.tasks[2], 2, 2), Job(trainer.tasks[2], 3, 2)]
         trajs, _ = trainer.runner.collect(jobs, 0)
-        assert [t.valid for t in trajs] == [False] * 3 + [True] * 3 + [True, False]
+        assert [t.episode.valid for t in trajs] == [False] * 3 + [True] * 3 + [True, False]
         assert all(
-            t.outcome == "env_error" and "sandbox died" in (t.error or "")
+            t.episode.outcome is Outcome.ENV_ERROR and "sandbox died" in t.episode.error
             for t in trajs
-            if not t.valid
+            if not t.episode.valid
         )
         seqs, stats = trainer.advantages(trajs)
         # group 0: all invalid; group 2: one valid member left, so the group is dropped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.env import AgentEnv
+from agentgym_envs.core.episode import Truncation
+from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.spaces import TextSpace
 from agentgym_envs.eval.store import TrajectoryStore
 from agentgym_envs.wrappers.recording import RecordingWrapper
@@ -180,3 +183,21 @@ def test_plain_gymnasium_envs_are_recorded_too(store: TrajectoryStore) -> None:
     assert ep.canonical_actions == ["hi", "bye"] and ep.rewards == [1.0, 1.0]
     assert [m["role"] for m in ep.messages] == ["user", "assistant", "user", "assistant", "user"]
     assert ep.outcome == "success" and ep.valid
+
+
+def test_an_episode_a_wrapper_cuts_is_recorded_as_a_timeout(store: TrajectoryStore) -> None:
+    # TimeLimit ends the episode while Sokoban itself still says "continue"
+    inner = gym.make("agentgym/Sokoban-v0", max_episode_steps=2)
+    env = RecordingWrapper(inner, store, policy="noop")
+    env.reset(seed=0)
+    env.step('move(direction="up")')
+    _, _, terminated, truncated, info = env.step('move(direction="up")')
+    assert truncated and not terminated and info["outcome"] == "continue"
+    assert env.last_episode_id is not None
+    ep = store.get(env.last_episode_id)
+    assert ep.outcome is Outcome.TIMEOUT and ep.truncation is Truncation.WRAPPER
+    assert ep.valid and not ep.success and ep.steps == 2
+    assert ep.summary.cut
+    # written as such, not as the legacy "continue" that the store still reads
+    row = sqlite3.connect(store.path).execute("SELECT outcome, truncation FROM episodes")
+    assert row.fetchone() == ("timeout", "wrapper")

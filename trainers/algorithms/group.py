@@ -1,0 +1,83 @@
+"""Group-relative algorithms: GRPO and RLOO.
+
+Every task of a step is played ``group_size`` times from the same env seed; an episode's
+advantage is its return measured against its own group, so no critic is needed.
+
+1. episode returns ``(N,)``, validity and group ids of the batch;
+2. the group baseline: GRPO subtracts the group mean (and divides by its std), RLOO the
+   mean of the *other* members; a group with fewer than 2 valid members is dropped;
+3. every agent token of a kept episode carries its episode's advantage;
+4. ``kl_in_reward``: each token's KL penalty is subtracted from its advantage (after the
+   baseline, so the penalty is not averaged away within the group);
+5. ``whiten``: scale only, since the baseline already centres the advantages.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+
+import torch
+
+from trainers import distributed as dist
+from trainers.algorithms.advantages import grpo_advantages, rloo_advantages, zero_variance_groups
+from trainers.algorithms.base import (
+    Algorithm,
+    broadcast,
+    charge_kl,
+    episode_batch,
+    kept_rate,
+    whiten_tokens,
+)
+from trainers.batch import TrainSeq
+from trainers.rollout import Trajectory
+
+
+class GroupRelative(Algorithm):
+    """Advantages relative to the episode's group (steps 1-5 of the module docstring)."""
+
+    needs_group = True
+
+    @abstractmethod
+    def baseline(
+        self, returns: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(advantages, kept)``, both ``(N,)``, from ``(N,)`` returns, groups, validity."""
+
+    def advantages(self, trajs: Sequence[Trajectory]) -> tuple[list[TrainSeq], dict[str, float]]:
+        cfg, device = self.cfg, self.learner.device
+        # 1. episodes: returns (N,), valid (N,), groups (N,), and their sequences
+        batch = episode_batch(trajs, cfg)
+        # 2. the group baseline; groups whose valid returns are all equal carry no signal
+        adv, kept = self.baseline(batch.returns, batch.groups, batch.valid)  # (N,), (N,)
+        zero, n_groups = zero_variance_groups(batch.returns, batch.groups, batch.valid)
+        z = dist.all_sum([zero, n_groups], device)
+        stats = {"zero_variance_group_rate": z[0] / max(z[1], 1.0)}
+        # 3. episode advantage -> every agent token of the episode
+        seqs = broadcast(batch.seqs, adv, kept)
+        # 4. the KL penalty per token, after the baseline
+        stats.update(charge_kl(self.learner, cfg, seqs, into="advantages"))
+        # 5. whitening scales only (the baseline already centred the advantages)
+        if cfg.advantage.whiten:
+            whiten_tokens(seqs, device, shift_mean=False)
+        stats.update(kept_rate(kept, device))
+        return seqs, stats
+
+
+class GRPO(GroupRelative):
+    """GRPO: ``(r - mean) / (std + eps)`` over the group's valid members (``adv_scale``
+    ``none``: only ``r - mean``, as Dr. GRPO)."""
+
+    def baseline(
+        self, returns: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return grpo_advantages(returns, groups, valid, scale=self.cfg.advantage.adv_scale)
+
+
+class RLOO(GroupRelative):
+    """RLOO: ``r_i - mean_{j != i} r_j`` over the valid members of the group."""
+
+    def baseline(
+        self, returns: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return rloo_advantages(returns, groups, valid)

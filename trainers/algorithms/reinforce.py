@@ -1,0 +1,70 @@
+"""REINFORCE with a running baseline.
+
+Each episode is judged against an exponential moving average of earlier batches' mean
+return, so no group and no critic are needed.
+
+1. episode returns ``(N,)`` and validity of the batch;
+2. advantages ``r - baseline`` with the baseline *before* this batch, then the baseline
+   takes in this batch's mean valid return over every process;
+3. every agent token of a valid episode carries its episode's advantage;
+4. ``kl_in_reward``: each token's KL penalty is subtracted from its advantage;
+5. ``whiten``: shift and scale over every process's agent tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from trainers import distributed as dist
+from trainers.algorithms.advantages import RunningBaseline
+from trainers.algorithms.base import (
+    Algorithm,
+    Learner,
+    broadcast,
+    charge_kl,
+    episode_batch,
+    kept_rate,
+    whiten_tokens,
+)
+from trainers.batch import TrainSeq
+from trainers.config import TrainConfig
+from trainers.rollout import Trajectory
+
+
+class Reinforce(Algorithm):
+    """REINFORCE (steps 1-5 of the module docstring); the baseline is checkpointed."""
+
+    def __init__(self, cfg: TrainConfig, learner: Learner) -> None:
+        super().__init__(cfg, learner)
+        self.baseline = RunningBaseline(cfg.advantage.baseline_decay)
+
+    def advantages(self, trajs: Sequence[Trajectory]) -> tuple[list[TrainSeq], dict[str, float]]:
+        cfg, device = self.cfg, self.learner.device
+        # 1. episodes: returns (N,), valid (N,), and their sequences
+        batch = episode_batch(trajs, cfg)
+        # 2. judge against the old baseline, then fold in every process's valid returns
+        adv, kept = self.baseline.advantages(batch.returns, batch.valid)  # (N,), (N,)
+        mine = list(zip(batch.returns.tolist(), batch.valid.tolist(), strict=True))
+        everyone = [pair for part in dist.all_gather(mine) for pair in part]
+        self.baseline.update(
+            torch.tensor([r for r, _ in everyone]), torch.tensor([v for _, v in everyone])
+        )
+        stats = {"baseline": float(self.baseline.value or 0.0)}
+        # 3. episode advantage -> every agent token of the episode
+        seqs = broadcast(batch.seqs, adv, kept)
+        # 4. the KL penalty per token
+        stats.update(charge_kl(self.learner, cfg, seqs, into="advantages"))
+        # 5. whitening shifts and scales
+        if cfg.advantage.whiten:
+            whiten_tokens(seqs, device, shift_mean=True)
+        stats.update(kept_rate(kept, device))
+        return seqs, stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.baseline.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.baseline.load_state_dict(state)

@@ -1,0 +1,31 @@
+"""SFT: imitation of oracle episodes (the warm start, or the whole run with ``algo sft``).
+
+Imitation is the policy gradient with advantage 1 on every agent token: the token-mean
+NLL that :func:`trainers.run.sft` minimises. There are no RL steps and no critic.
+
+1. the valid episodes' sequences (the oracle's actions are their agent tokens);
+2. advantage 1 on every agent token, 0 elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from trainers.algorithms.base import Algorithm, broadcast, episode_batch
+from trainers.batch import TrainSeq
+from trainers.rollout import Trajectory
+
+
+class SFT(Algorithm):
+    """Oracle imitation (steps 1-2 of the module docstring)."""
+
+    rl = False
+
+    def advantages(self, trajs: Sequence[Trajectory]) -> tuple[list[TrainSeq], dict[str, float]]:
+        # 1. episodes: every valid one is imitated
+        batch = episode_batch(trajs, self.cfg)
+        # 2. advantage 1 on every agent token
+        seqs = broadcast(batch.seqs, torch.ones_like(batch.returns), batch.valid)
+        return seqs, {}
