@@ -7,11 +7,12 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from agentgym_envs.console import console, progress_bar
@@ -156,6 +157,16 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def _advancer(progress: Progress, task: TaskID) -> Callable[[object], None]:
+    """An ``on_episode`` callback that moves ``task``'s bar on by one episode."""
+    return lambda _result: progress.advance(task)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    """``value`` formatted by ``spec``, or ``-`` where there is none."""
+    return "-" if value is None else format(value, spec)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from agentgym_envs.eval.runner import run_episodes, run_summary
 
@@ -173,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     difficulty=args.difficulty,
                     seed=args.seed,
                     batch=args.batch,
-                    on_episode=lambda _r, t=task: progress.advance(t),
+                    on_episode=_advancer(progress, task),
                 )
             results.append((run_summary(entry.id, policy, episodes), episodes))
     if args.json:
@@ -300,14 +311,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     for col in columns:
         table.add_column(col, justify="right")
-    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in results:
         table.add_row(
             r.env_id,
             f"{r.steps_per_s:,.0f}",
             f"{r.reset_ms_median:.3f}",
-            fmt(r.read_step_ms_median, ".3f"),
-            fmt(r.write_step_ms_median, ".3f"),
+            _fmt(r.read_step_ms_median, ".3f"),
+            _fmt(r.write_step_ms_median, ".3f"),
             f"{r.snapshot_us_median:.1f}",
             f"{r.episode_mib:.3f}",
             f"{r.open_fds_per_episode:.2f}",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from agentgym_envs.core.errors import ArgumentError
+
 
 class GradeState(Enum):
     """Where the grading of a business episode stands."""
@@ -29,7 +31,7 @@ class Verdict:
 
     def __post_init__(self) -> None:
         if (self.state is GradeState.FAILURE) != bool(self.reason):
-            raise ValueError(
+            raise ArgumentError(
                 f"a Verdict has a reason exactly when it is a failure; got state "
                 f"{self.state.value} with reason {self.reason!r}. Use Verdict.failure(reason) "
                 "for a failure and PENDING / SUCCESS otherwise."

@@ -10,10 +10,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agentgym_envs.core.gates import GateMode, SafetyGate
 from agentgym_envs.core.tools import ToolCall
+
+if TYPE_CHECKING:
+    from agentgym_envs.business.base import BusinessEnv
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ def policy_document(title: str, intro: str, rules: Sequence[Rule]) -> str:
     return "\n".join(lines)
 
 
-class RuleGate(SafetyGate):
+class RuleGate(SafetyGate["BusinessEnv"]):
     """A safety gate that enforces one policy rule.
 
     Subclasses set ``rule`` and implement :meth:`broken`, returning why the call breaks
@@ -47,14 +50,14 @@ class RuleGate(SafetyGate):
         self.description = self.rule.text
         super().__init__(mode)
 
-    def violation(self, env: Any, call: ToolCall) -> str | None:
+    def violation(self, env: BusinessEnv, call: ToolCall) -> str | None:
         why = self.broken(env, call)
         if why is None:
             return None
-        if self.mode is GateMode.BLOCK and hasattr(env, "on_blocked"):
+        if self.mode is GateMode.BLOCK:
             env.on_blocked(call)  # the env decides what a blocked call costs
         return f"{why} (policy {self.rule.id}: {self.rule.title})"
 
     @abstractmethod
-    def broken(self, env: Any, call: ToolCall) -> str | None:
+    def broken(self, env: BusinessEnv, call: ToolCall) -> str | None:
         """Why ``call`` breaks the rule in ``env``'s current state, or None."""

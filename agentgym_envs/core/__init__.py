@@ -4,6 +4,9 @@ from agentgym_envs.core.actions import ActionParser, ParsedAction
 from agentgym_envs.core.env import AgentEnv, Oracle
 from agentgym_envs.core.errors import (
     AgentGymError,
+    ArgumentError,
+    CallContextError,
+    ClosedError,
     ConfigError,
     EnvNotFoundError,
     HookNotImplementedError,
@@ -33,6 +36,9 @@ __all__ = [
     "ActionParser",
     "AgentEnv",
     "AgentGymError",
+    "ArgumentError",
+    "CallContextError",
+    "ClosedError",
     "ConfigError",
     "CostLedger",
     "EffectsGate",

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -33,7 +33,11 @@ from agentgym_envs.core.info import (
 from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.core.tools import IDEMPOTENCY_KEY, Tool, ToolCall, ToolKind, ToolResult
 
+if TYPE_CHECKING:
+    from agentgym_envs.core.env import AgentEnv
+
 logger = logging.getLogger(__name__)
+_E = TypeVar("_E", bound="AgentEnv")  # the env a call runs on; its gates read that type
 _FAULT_STREAM = 0xFA17  # the fault RNG's own stream, beside the env's RNG
 _SIMPLE = (str, int, float, bool, type(None))
 
@@ -120,11 +124,11 @@ class CallRunner:
 
     def run(
         self,
-        env: Any,
+        env: _E,
         spec: Tool,
         call: ToolCall,
-        gates: Sequence[SafetyGate],
-        effect_gates: Sequence[EffectsGate] = (),
+        gates: Sequence[SafetyGate[_E]],
+        effect_gates: Sequence[EffectsGate[_E]] = (),
     ) -> CallRecord:
         """Gate, then execute ``call`` on ``env`` (whose method ``spec.handler`` runs it).
 

@@ -13,7 +13,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, Self
 
 import gymnasium as gym
 
@@ -31,13 +31,17 @@ from agentgym_envs.core.gates import SafetyGate
 from agentgym_envs.core.hooks import HOOKS
 from agentgym_envs.core.info import (
     OUTCOME_TEXT,
+    STANDARD_KEYS,
     ErrorCode,
     ErrorInfo,
     Outcome,
     SafetyInfo,
+    SeedsInfo,
     StepInfo,
     ToolCallInfo,
     ToolStatus,
+    VersionsInfo,
+    family_keys_only,
 )
 from agentgym_envs.core.ledger import CostLedger
 from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
@@ -51,8 +55,6 @@ from agentgym_envs.core.variants import Variant, check_variant, localize, locali
 from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
 
 logger = logging.getLogger(__name__)
-
-_STANDARD_KEYS = frozenset(StepInfo.__annotations__)  # extra_info may not shadow these
 
 
 class Oracle(Protocol):
@@ -157,8 +159,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.max_cost = max_cost
         self.timing = timing
         self.tool_retries = tool_retries
-        self.faults = FaultConfig.coerce(faults)
-        self.calls = CallRunner(timing, tool_retries, self.faults)
+        # the call runner holds the one fault config (``faults`` reads it back)
+        self.calls = CallRunner(timing, tool_retries, FaultConfig.coerce(faults))
         self.observation_space = TextSpace(self.max_observation_chars)
         self.action_space = TextSpace(self.max_action_chars, min_length=0)
         if tasks is None:
@@ -172,8 +174,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.difficulty = difficulty
         self.max_calls_per_step = max_calls_per_step
         self.parser = self._parser_for(self.toolset)
-        self.gates: list[SafetyGate] = []
-        self.effect_gates: list[EffectsGate] = []  # over staged calls' effects (core.staging)
+        self.gates: list[SafetyGate[Self]] = []
+        self.effect_gates: list[EffectsGate[Self]] = []  # over staged effects (core.staging)
         self._renamed: dict[str, ToolSet] = {}
         self._tool_variant: Variant | None = None
         self.ledger = CostLedger()
@@ -187,12 +189,12 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._budget = 0
         self._history: list[str] = []
         self._visits: dict[Any, int] = {}
-        self._seeds: dict[str, int | None] = {}
+        self._seeds: SeedsInfo | None = None  # set by reset and set_state
         self._last_obs = ""
         self._system: str | None = None
         self._closed = False
         self.last_info: StepInfo | None = None  # what the last step returned (oracles)
-        self._versions = {
+        self._versions: VersionsInfo = {
             "env": self._env_version(),
             "tools": self.toolset.fingerprint,
             "reward": self.reward_config.version_tag,
@@ -324,9 +326,9 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     # -- the Gymnasium API -------------------------------------------------------------
 
-    def reset(
+    def reset(  # type: ignore[override]  # see _GYM_INFO_NOTE
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, StepInfo]:
         """Start an episode. The same (seed, options) gives the same episode, byte for byte.
 
         Without a seed, the env draws one from its RNG and reports it in
@@ -348,7 +350,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.calls.start_episode(seed)
         # verifiers default to the episode seed, so every seed in info is an int
         verifier_seed = int(opts.get("verifier_seed", seed))
-        self._seeds = {"env": seed, "task": task.seed, "verifier": verifier_seed}
+        self._seeds = SeedsInfo(env=seed, task=task.seed, verifier=verifier_seed)
         self._visits = {self._world_key(): 1}
         obs = sanitize(f"{task.instruction}\n\n{self.reset_view()}", self.max_observation_chars)
         self._last_obs = obs
@@ -359,7 +361,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         if self._system is None:  # the rules depend on constructor options only
             self._system = sanitize(self._system_prompt(), self.max_observation_chars)
         info["system"] = self._system
-        return obs, info  # type: ignore[return-value]
+        return obs, info
 
     def _system_prompt(self) -> str:
         rules = self.system_rules()
@@ -370,7 +372,9 @@ class AgentEnv(gym.Env[str, str], ABC):
         parts += [f"Tools:\n{self.toolset.describe()}", _FORMAT_NOTE + example]
         return "\n\n".join(parts)
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(  # type: ignore[override]  # see _GYM_INFO_NOTE
+        self, action: str
+    ) -> tuple[str, float, bool, bool, StepInfo]:
         """Run one action: parse, gate, execute, observe, milestones, verify, reward."""
         self._check_open()
         if self._task is None:
@@ -429,9 +433,9 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.last_info = info
         terminated = outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.SAFETY_STOP)
         truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
-        return obs, sum(components.values()), terminated, truncated, info  # type: ignore[return-value]
+        return obs, sum(components.values()), terminated, truncated, info
 
-    def _execute(self, parsed: ParsedAction) -> Turn:
+    def _execute(self: Self, parsed: ParsedAction) -> Turn:
         """Steps 2-3 of the loop: gate and run each parsed call (or deliver a message)."""
         turn = Turn()
         if parsed.error_code is not None:
@@ -489,12 +493,17 @@ class AgentEnv(gym.Env[str, str], ABC):
 
     # -- configuration between episodes ------------------------------------------------
 
+    @property
+    def faults(self) -> FaultConfig | None:
+        """The fault config in force (``core.faults``), or None. The ``faults`` argument,
+        :meth:`configure_faults` and ``FaultInjection`` all install it in one place."""
+        return self.calls.faults
+
     def configure_faults(self, config: FaultConfig | Mapping[str, Any] | None) -> None:
         """Replace the fault config (``core.faults``; None: no faults) from the next
         ``reset`` on, when its RNG is seeded; ``info["versions"]["env"]`` names it.
         Raises ConfigError for an invalid config."""
-        self.faults = FaultConfig.coerce(config)
-        self.calls.configure(self.faults)
+        self.calls.configure(FaultConfig.coerce(config))
         self._versions["env"] = self._env_version()
 
     def set_tool_variant(
@@ -540,7 +549,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             "milestones": tuple(self._tracker.reached),
             "rng": self.np_random.bit_generator.state,
             "visits": dict(self._visits),
-            "seeds": dict(self._seeds),
+            "seeds": None if self._seeds is None else self._seeds.copy(),
             "last_obs": self._last_obs,
             "calls": self.calls.get_state(),
         }
@@ -569,7 +578,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._tracker.restore(ep["milestones"])
         self.np_random.bit_generator.state = ep["rng"]
         self._visits = dict(ep["visits"])
-        self._seeds = dict(ep["seeds"])
+        seeds = ep["seeds"]
+        self._seeds = SeedsInfo(env=seeds["env"], task=seeds["task"], verifier=seeds["verifier"])
         self._last_obs = ep["last_obs"]
         self.calls.set_state(ep["calls"])
 
@@ -705,8 +715,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         safety: SafetyInfo,
         visits: int,
     ) -> StepInfo:
-        task = self._task
-        assert task is not None
+        task, seeds = self._task, self._seeds
+        assert task is not None and seeds is not None  # reset (or set_state) set both
         info: StepInfo = {
             "outcome": outcome,
             "tools": self.toolset.schemas(),
@@ -717,8 +727,8 @@ class AgentEnv(gym.Env[str, str], ABC):
             "reward_components": components,
             "cost": self.ledger.snapshot(),
             "safety": safety,
-            "versions": dict(self._versions),  # type: ignore[typeddict-item]
-            "seeds": dict(self._seeds),  # type: ignore[typeddict-item]
+            "versions": self._versions.copy(),
+            "seeds": seeds.copy(),
             "task": {
                 "id": task.id,
                 "split": task.split,
@@ -733,13 +743,13 @@ class AgentEnv(gym.Env[str, str], ABC):
             info["env_error"] = {"code": "env_error", "message": self._reason or ""}
         extra = self.extra_info()
         if extra:
-            clash = _STANDARD_KEYS.intersection(extra)
-            if clash:
+            if not family_keys_only(extra):
                 raise ConfigError(
                     f"{type(self).__name__}.extra_info() returned the standard info keys "
-                    f"{sorted(clash)}; name family-specific keys differently"
+                    f"{sorted(STANDARD_KEYS.intersection(extra))}; expected family-specific "
+                    "keys only: rename them"
                 )
-            info.update(extra)  # type: ignore[typeddict-item]
+            info.update(extra)
         return info
 
     def _check_open(self) -> None:
@@ -770,6 +780,9 @@ class AgentEnv(gym.Env[str, str], ABC):
         return pool[int(self.np_random.integers(len(pool)))]
 
 
+# _GYM_INFO_NOTE: Gymnasium annotates ``info`` as ``dict[str, Any]``; reset and step
+# return the precise StepInfo, a TypedDict (a plain dict at runtime) that mypy, lacking
+# PEP 728, never treats as a ``dict[str, Any]``: only the checker sees a bad override.
 _FORMAT_NOTE = (
     "Act by calling one tool per turn. Accepted forms: a JSON object "
     '{"name": "<tool>", "arguments": {...}}, <tool_call>{...}</tool_call>, or a call '

@@ -66,6 +66,22 @@ class TransientToolError(AgentGymError, RuntimeError):
     """
 
 
+class ArgumentError(AgentGymError, ValueError):
+    """A function was called with an argument out of its range, in the wrong form, or
+    not fitting the others (two sequences of different lengths); not a config value
+    (that is :class:`ConfigError`)."""
+
+
+class ClosedError(AgentGymError, RuntimeError):
+    """An object with resources (a policy, a model, a generation server) was used after
+    ``close()``; make a new one."""
+
+
+class CallContextError(AgentGymError, RuntimeError):
+    """A method was called from where it cannot work, such as from the thread it would
+    wait on (a deadlock)."""
+
+
 def closest(name: str, candidates: Iterable[str]) -> str | None:
     """Return the candidate most similar to ``name``, or None if nothing is close."""
     pool = list(candidates)

@@ -11,10 +11,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Generic, TypeVar
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tools import ToolCall
+
+# The env type a gate reads: an env class, or a Protocol of what the gate reads where the
+# gate's module may not import its env. Contravariant: a gate written for a family's base
+# env (``SafetyGate[BusinessEnv]``) also guards each of its subclasses (``RetailEnv``).
+EnvT = TypeVar("EnvT", contravariant=True)
 
 
 class GateMode(StrEnum):
@@ -33,10 +38,11 @@ class GateVerdict:
     reason: str
 
 
-class SafetyGate(ABC):
-    """Base class of safety gates.
+class SafetyGate(ABC, Generic[EnvT]):
+    """Base class of safety gates, generic over the env type they read.
 
-    Subclasses set ``name`` and ``description`` and implement :meth:`violation`.
+    Subclasses name that type (``class IrreversibleTrapGate(SafetyGate["DungeonEnv"])``),
+    set ``name`` and ``description`` and implement :meth:`violation`.
 
     Args:
         mode: block the call or stop the episode (the subclass's default if None).
@@ -55,10 +61,10 @@ class SafetyGate(ABC):
             ) from None
 
     @abstractmethod
-    def violation(self, env: Any, call: ToolCall) -> str | None:
+    def violation(self, env: EnvT, call: ToolCall) -> str | None:
         """Return why ``call`` must not run in ``env``'s current state, or None if it may."""
 
-    def check(self, env: Any, call: ToolCall) -> GateVerdict | None:
+    def check(self, env: EnvT, call: ToolCall) -> GateVerdict | None:
         """Run the gate; a verdict if it fires."""
         reason = self.violation(env, call)
         if reason is None:

@@ -6,8 +6,9 @@ values, so ``info`` stays JSON-serialisable while code can use the enum members.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeGuard
 
 
 class Outcome(StrEnum):
@@ -154,3 +155,13 @@ class StepInfo(TypedDict, total=False):
     step: int
     state_visits: int
     env_error: ErrorInfo
+
+
+STANDARD_KEYS = frozenset(StepInfo.__annotations__)  # ``extra_info`` may not shadow these
+
+
+def family_keys_only(extra: Mapping[str, Any]) -> TypeGuard[StepInfo]:
+    """True when ``extra`` shadows no standard ``info`` key. Every ``StepInfo`` key is
+    optional and a TypedDict value may carry more keys, so such a mapping is a valid
+    ``StepInfo`` holding family-specific keys only; merging it changes no standard key."""
+    return STANDARD_KEYS.isdisjoint(extra)

@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from agentgym_envs.core.errors import ArgumentError
+
 _NAME = re.compile(r"^agentgym-[a-z]+-(\d+)-(\d+)-([0-9a-f]+)-")
 
 
@@ -68,7 +70,7 @@ def owned_dir(kind: str, base: Path | None = None) -> Path:
     """A new folder under ``base`` (default: the temp dir) named after this process;
     stale folders of dead owners under ``base`` are reaped first."""
     if not re.fullmatch(r"[a-z]+", kind):
-        raise ValueError(f"kind must be lowercase letters, got {kind!r}")
+        raise ArgumentError(f"kind must be lowercase letters (it names the folder), got {kind!r}")
     root = base or Path(tempfile.gettempdir())
     reap_stale([root])
     pid = os.getpid()

@@ -20,10 +20,10 @@ handler failed), so no scratch copy outlives its step.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Generic
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.core.gates import GateMode, GateVerdict
+from agentgym_envs.core.gates import EnvT, GateMode, GateVerdict
 from agentgym_envs.core.tools import ToolCall
 
 
@@ -39,8 +39,9 @@ class StagedEffects(ABC):
         """Drop the scratch copy unless the handler committed it. Idempotent; never raises."""
 
 
-class EffectsGate(ABC):
-    """A safety gate over a staged call's effects (it runs after staging, before commit).
+class EffectsGate(ABC, Generic[EnvT]):
+    """A safety gate over a staged call's effects (it runs after staging, before commit),
+    generic over the env type it reads (like :class:`~agentgym_envs.core.gates.SafetyGate`).
 
     Subclasses set ``name`` and ``description`` and implement :meth:`violation`, which
     only reads the effects.
@@ -62,10 +63,10 @@ class EffectsGate(ABC):
             ) from None
 
     @abstractmethod
-    def violation(self, env: Any, call: ToolCall, staged: StagedEffects) -> str | None:
+    def violation(self, env: EnvT, call: ToolCall, staged: StagedEffects) -> str | None:
         """Why the effects ``staged`` of ``call`` must not be committed, or None."""
 
-    def check(self, env: Any, call: ToolCall, staged: StagedEffects) -> GateVerdict | None:
+    def check(self, env: EnvT, call: ToolCall, staged: StagedEffects) -> GateVerdict | None:
         """Run the gate; a verdict if it fires."""
         reason = self.violation(env, call, staged)
         if reason is None:

@@ -9,6 +9,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from agentgym_envs.core.episode import EpisodeSummary, Truncation
+from agentgym_envs.core.errors import ArgumentError
 
 
 def _natural(name: str) -> list[Any]:
@@ -42,7 +43,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     any trial succeeded.
 
     Raises:
-        ValueError: ``k`` outside ``1..n`` or ``c`` outside ``0..n``.
+        ArgumentError: ``k`` outside ``1..n`` or ``c`` outside ``0..n``.
     """
     _check_trials(n, c, k)
     if n - c < k:
@@ -56,7 +57,7 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     an agent that succeeds only sometimes: a measure of reliability, not of coverage.
 
     Raises:
-        ValueError: ``k`` outside ``1..n`` or ``c`` outside ``0..n``.
+        ArgumentError: ``k`` outside ``1..n`` or ``c`` outside ``0..n`` (a ValueError).
     """
     _check_trials(n, c, k)
     return math.comb(c, k) / math.comb(n, k)
@@ -64,9 +65,9 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
 
 def _check_trials(n: int, c: int, k: int) -> None:
     if not 0 <= c <= n:
-        raise ValueError(f"successes must be in 0..{n}, got {c}")
+        raise ArgumentError(f"successes must be in 0..{n} (the trials of the task), got {c}")
     if not 1 <= k <= n:
-        raise ValueError(f"k must be in 1..{n} (the trials of the task), got {k}")
+        raise ArgumentError(f"k must be in 1..{n} (the trials of the task), got {k}")
 
 
 def ks_for(trials: int) -> list[int]:
@@ -126,11 +127,11 @@ def episode_metrics(
             id), so one task in two suite entries counts as two tasks).
 
     Raises:
-        ValueError: ``task_keys`` is not one key per episode.
+        ArgumentError: ``task_keys`` is not one key per episode.
     """
     keys: Sequence[Hashable] = task_keys if task_keys is not None else [e.task_id for e in episodes]
     if len(keys) != len(episodes):
-        raise ValueError(
+        raise ArgumentError(
             f"task_keys needs one key per episode: got {len(keys)} for {len(episodes)} episodes"
         )
     valid = [e for e in episodes if e.valid]

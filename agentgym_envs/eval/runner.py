@@ -8,6 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentgym_envs.core.errors import ArgumentError
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.eval.evaluate import EpisodeResult, EvalConfig, _Policies, run_entry
 from agentgym_envs.eval.metrics import episode_metrics
@@ -100,10 +101,12 @@ def run_summary(env_id: str, policy: str, results: Sequence[EpisodeResult]) -> d
     :func:`~agentgym_envs.eval.metrics.episode_metrics`, plus the safety-stop rate.
 
     Raises:
-        ValueError: no results.
+        ArgumentError: no results (a ValueError).
     """
     if not results:
-        raise ValueError("run_summary needs at least one episode result")
+        raise ArgumentError(
+            "run_summary needs at least one episode result, got none; run at least one episode"
+        )
     m = episode_metrics([r.episode for r in results])
     stops = m["outcomes"].get(Outcome.SAFETY_STOP.value, 0)
     return {

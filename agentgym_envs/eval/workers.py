@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym_envs.core.errors import AgentGymError, ConfigError
+from agentgym_envs.core.errors import AgentGymError, ArgumentError, ConfigError
 from agentgym_envs.core.scratch import reap_stale
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,10 @@ def _serve(conn: Connection, factory: EnvFactory) -> None:
                 conn.send(("ok", None))
                 break
             else:
-                raise ValueError(f"unknown worker command {cmd!r}")
+                raise ArgumentError(
+                    f"unknown worker command {cmd!r}: expected reset, step, oracle_act, "
+                    "noop_action or close; this is a bug in the code that drives the worker"
+                )
             conn.send(("ok", result))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -345,10 +345,13 @@ class FrozenLakeEnv(AgentEnv):
             Milestone(
                 f"progress:{k}",
                 f"within {100 - k}% of the start's distance to the goal",
-                lambda limit=far * (100 - k) / 100: lake.distance[self._cell] <= limit,
+                partial(self._within, lake, far * (100 - k) / 100),
             )
             for k in PROGRESS_STAGES
         ]
+
+    def _within(self, lake: Lake, limit: float) -> bool:
+        return lake.distance[self._cell] <= limit
 
     # -- oracle and generation ----------------------------------------------------------
 

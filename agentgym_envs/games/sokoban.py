@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -148,10 +149,13 @@ class SokobanEnv(AgentEnv):
             Milestone(
                 f"boxes_placed:{k}",
                 f"{k} box(es) on targets at once",
-                lambda k=k: len(self._boxes & targets) >= k,
+                partial(self._boxes_placed, targets, k),
             )
             for k in range(1, len(targets) + 1)
         ]
+
+    def _boxes_placed(self, targets: frozenset[int], k: int) -> bool:
+        return len(self._boxes & targets) >= k
 
     # -- oracle and generation ----------------------------------------------------------
 

@@ -10,13 +10,19 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 
+from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.games.grid import bfs_path, deltas, distances, reachable
 
 WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#.TB*@+"
+# a search state: (the smallest cell the player can reach, the box cells)
+_Key = tuple[int, frozenset[int]]
+# how a state was reached: (previous state, player cell before the push, direction);
+# None for the start
+_Parent = tuple[_Key, int, str] | None
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,10 @@ def parse_room(rows: tuple[str, ...]) -> tuple[Layout, int, frozenset[int]]:
     base = []
     for r, row in enumerate(rows):
         if len(row) != width:
-            raise ValueError(f"row {r} has {len(row)} cells, expected {width}")
+            raise ConfigError(
+                f"every row of a room must have {width} cells (the first row's), got {len(row)} "
+                f"in row {r}; pad the rows of the room to one width"
+            )
         for c, ch in enumerate(row):
             cell = r * width + c
             if ch != WALL:
@@ -57,7 +66,11 @@ def parse_room(rows: tuple[str, ...]) -> tuple[Layout, int, frozenset[int]]:
                 player = cell
             base.append(WALL if ch == WALL else TARGET if cell in targets else FLOOR)
     if player < 0 or len(boxes) != len(targets) or not boxes:
-        raise ValueError("a room needs one player and as many boxes as targets (at least one)")
+        raise ConfigError(
+            "a room needs one player (@ or +) and as many boxes (B or *) as targets (T, * or +), "
+            f"at least one; got {'a' if player >= 0 else 'no'} player, {len(boxes)} boxes and "
+            f"{len(targets)} targets: fix the room's text"
+        )
     live = _live_squares(frozenset(floor), frozenset(targets), width)
     dist = _push_distances(frozenset(floor), frozenset(targets), width, height)
     layout = Layout(
@@ -116,7 +129,7 @@ def solve(
     start_region = reachable(player, lambda c: layout.passable(c, boxes), width)
     start_key = (min(start_region), boxes)
     # parent: state key -> (previous key, player cell before the push, direction)
-    parent: dict[tuple[int, frozenset[int]], tuple[tuple[int, frozenset[int]], int, str] | None]
+    parent: dict[_Key, _Parent]
     parent = {start_key: None}
     frontier = [(_heuristic(layout, boxes), next(tie), 0, start_key, start_region)]
     while frontier and len(parent) <= max_states:
@@ -130,7 +143,7 @@ def solve(
                 if to in layout.dead:
                     continue
                 moved = (current - {box}) | {to}
-                new_region = reachable(box, lambda c, m=moved: layout.passable(c, m), width)
+                new_region = reachable(box, partial(layout.passable, boxes=moved), width)
                 new_key = (min(new_region), moved)
                 if new_key in parent:
                     continue
@@ -154,7 +167,7 @@ def _heuristic(layout: Layout, boxes: frozenset[int]) -> int:
     return sum(layout.target_distance[b] for b in boxes if b not in layout.targets)
 
 
-def _pushes(parent: dict, key: tuple[int, frozenset[int]]) -> list[tuple[int, str]]:
+def _pushes(parent: dict[_Key, _Parent], key: _Key) -> list[tuple[int, str]]:
     out = []
     while (entry := parent[key]) is not None:
         key, behind, name = entry

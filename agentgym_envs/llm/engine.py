@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentgym_envs.core.errors import ArgumentError, ConfigError
+
 SUPPORTED = ("llama",)
 
 
@@ -72,7 +74,11 @@ class StaticEngine:
         compute_dtype: torch.dtype | None = None,
     ) -> None:
         if not supports(lm):
-            raise ValueError(f"StaticEngine does not support {type(lm).__name__}")
+            raise ConfigError(
+                f"StaticEngine supports plain Llama models (model_type {SUPPORTED}, no biases, "
+                f"silu, pretraining_tp 1), got {type(lm).__name__}; generate with this model "
+                "without the static engine"
+            )
         cfg = lm.config
         self.lm = lm
         self.layers = lm.model.layers
@@ -210,7 +216,11 @@ class StaticEngine:
         starts: dict[int, int] = {}
         for row, prompt in prompts.items():
             if not 0 <= row < self.max_batch or not 0 < len(prompt) <= self.max_len:
-                raise ValueError(f"row {row} / length {len(prompt)} outside the engine's cache")
+                raise ArgumentError(
+                    f"expected rows in [0, {self.max_batch}) and prompt lengths in "
+                    f"[1, {self.max_len}], got row {row} with length {len(prompt)}; make the "
+                    "engine with a larger max_batch or max_len"
+                )
             cached = self.cached[row]
             n = 0
             limit = min(len(cached), len(prompt) - 1)  # recompute at least the last token
@@ -247,7 +257,10 @@ class StaticEngine:
         real = positions[positions != self.scratch]
         top = int(real.max()) if real.numel() else 0
         if top >= self.max_len:
-            raise ValueError(f"position {top} is past the cache ({self.max_len})")
+            raise ArgumentError(
+                f"expected positions below the cache length {self.max_len}, got {top}; "
+                "make the engine with a larger max_len"
+            )
         keys = _bucket(top + 1, 128, self.max_len)
         if not self.cuda_graphs:
             return self._decode(ids, positions, keys)

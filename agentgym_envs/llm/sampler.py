@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from agentgym_envs.core.errors import ArgumentError
 from agentgym_envs.llm import precision
 from agentgym_envs.llm.engine import StaticEngine
 from agentgym_envs.llm.generation import Sample, SamplingSettings, TokenPicker
@@ -108,7 +109,11 @@ class Sampler:
                 the logits of every row of the batch.
         """
         if len(prompts) != len(max_new) or (rows is not None and len(rows) != len(prompts)):
-            raise ValueError("one max_new (and one row, if given) per prompt")
+            raise ArgumentError(
+                "expected one max_new (and one row, if rows are given) per prompt, got "
+                f"{len(prompts)} prompts, {len(max_new)} max_new and "
+                f"{'no' if rows is None else len(rows)} rows"
+            )
         if not prompts:
             return []
         with precision.compute(self.device):

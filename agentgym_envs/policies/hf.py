@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.errors import ArgumentError, ClosedError, ConfigError
 from agentgym_envs.llm import ChatTemplate, Message, SamplingSettings
 from agentgym_envs.llm.models import load_model, resolve_device, weights_fingerprint
 from agentgym_envs.llm.sampler import RowPicker, Sampler
@@ -156,12 +156,17 @@ class LocalLM:
         reply, and only the new tokens are read (see :mod:`.prefix_cache`).
         """
         if len(prompts) != len(options):
-            raise ValueError(f"got {len(prompts)} prompts but {len(options)} options")
+            raise ArgumentError(
+                f"expected one GenOptions per prompt, got {len(prompts)} prompts but "
+                f"{len(options)} options"
+            )
         if not prompts:
             return []
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"the model {self.model_spec!r} was closed")
+                raise ClosedError(
+                    f"the model {self.model_spec!r} was closed; load it again to generate"
+                )
             if keys is not None and self.kv_reuse:
                 outs = self._prefix.generate_batch(
                     list(keys),

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym_envs.core.errors import ConfigError, did_you_mean
+from agentgym_envs.core.errors import ClosedError, ConfigError, did_you_mean
 from agentgym_envs.policies.chat import ChatHistories, Conversation, derive_seed
 from agentgym_envs.policies.chat import tool_calls_to_action as _to_action
 
@@ -185,7 +185,7 @@ class OpenAIPolicy:
     ) -> list[str]:
         """One action per observation; failed requests give ``""`` (see ``last_usage``)."""
         if self._closed:
-            raise RuntimeError("this OpenAIPolicy was closed")
+            raise ClosedError("this OpenAIPolicy was closed; make a new one to keep acting")
         chosen = list(slots) if slots is not None else list(range(len(observations)))
         bodies = []
         for slot, obs, info in zip(chosen, observations, infos, strict=True):

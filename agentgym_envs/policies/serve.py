@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from agentgym_envs.core.errors import ClosedError
 from agentgym_envs.policies.chat import derive_seed
 from agentgym_envs.policies.serve_api import (
     BadRequest,
@@ -83,7 +84,10 @@ class Batcher:
         future: Future[Generation] = Future()
         with self._pending_lock:
             if self._closed:
-                raise RuntimeError("the server is shutting down")
+                raise ClosedError(
+                    "the generation server is shutting down and takes no new prompts; "
+                    "start a new one"
+                )
             self._pending += 1
         self._queue.put((prompt, options, future))
         return future

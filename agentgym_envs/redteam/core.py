@@ -10,6 +10,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym_envs.core.errors import ConfigError, did_you_mean
 from agentgym_envs.core.info import Outcome
 
 FAMILIES = ("games", "business", "sandbox", "web")
@@ -214,7 +215,10 @@ def run_attack(attack: Attack) -> AttackResult:
 def attacks_for(family: str) -> list[Attack]:
     """The attacks of one family (imports only that family's module)."""
     if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}: expected one of {', '.join(FAMILIES)}")
+        raise ConfigError(
+            f"unknown family {family!r}: expected one of {', '.join(FAMILIES)}."
+            f"{did_you_mean(family, FAMILIES)}"
+        )
     module = importlib.import_module(f"agentgym_envs.redteam.{family}")
     found: list[Attack] = module.attacks()
     return found

@@ -19,6 +19,13 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
 
+from agentgym_envs.core.errors import AgentGymError, ArgumentError
+
+
+class MutationError(AgentGymError, ValueError):
+    """A mutation site does not fit the source it is applied to (a missing file, a site
+    of another version of the file, overlapping sites, an edit that breaks the syntax)."""
+
 
 class MutationKind(StrEnum):
     """The families of injected bugs."""
@@ -214,7 +221,10 @@ class _Finder:
         try:
             tree = ast.parse(source, filename=path)
         except SyntaxError as exc:
-            raise ValueError(f"cannot find mutation sites in {path!r}: {exc}") from exc
+            raise MutationError(
+                f"cannot find mutation sites in {path!r}: expected Python source, got a "
+                f"syntax error ({exc}); pass a file that parses"
+            ) from exc
         self.text, self.path, self.found = _Text(source), path, list[_Candidate]()
         self.arity, self.classes = _arities(tree), {"self", "cls"}
         self.classes |= {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
@@ -440,7 +450,10 @@ def _lookup(files: Mapping[str, str], site: Site) -> _Candidate:
     if site.path not in files:
         close = difflib.get_close_matches(site.path, list(files), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"site {site.key} is in {site.path!r}, which is not among the files{hint}")
+        raise MutationError(
+            f"site {site.key} is in {site.path!r}, which is not among the files{hint}; pass "
+            "the files the site was found in"
+        )
     candidates = _candidates(files[site.path], site.path)
     for candidate in candidates:
         if candidate.site == site:
@@ -448,7 +461,7 @@ def _lookup(files: Mapping[str, str], site: Site) -> _Candidate:
     same = [c.site for c in candidates if c.site.kind == site.kind]
     near = min(same, key=lambda s: (abs(s.lineno - site.lineno), s.index), default=None)
     hint = f"; the nearest is {near.key} ({near.detail!r}, line {near.lineno})" if near else ""
-    raise ValueError(
+    raise MutationError(
         f"site {site.key} ({site.detail!r} at line {site.lineno}, col {site.col}) does not match "
         f"this source of {site.path!r}, which has {len(same)} {site.kind.value} site(s){hint}; "
         "call find_sites() on the current source to get valid sites"
@@ -461,7 +474,7 @@ def _mutate(source: str, chosen: Sequence[_Candidate]) -> str:
         compile(mutated, chosen[0].site.path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
         keys = ", ".join(c.site.key for c in chosen)
-        raise ValueError(
+        raise MutationError(
             f"mutating {keys} leaves invalid Python ({exc}); pick other sites"
         ) from exc
     return mutated
@@ -482,7 +495,7 @@ def find_sites(source: str, path: str) -> list[Site]:
         The sites ordered by line, column and kind; the order does not depend on hashing.
 
     Raises:
-        ValueError: The source does not parse.
+        MutationError: The source does not parse (a ValueError).
     """
     return [c.site for c in _candidates(source, path)]
 
@@ -498,7 +511,7 @@ def apply(source: str, site: Site) -> Mutation:
         The mutation, with the whole file before and after, an explanation and a diff.
 
     Raises:
-        ValueError: The site does not match this source (a different or changed file).
+        MutationError: The site does not match this source (a different or changed file).
     """
     candidate = _lookup({site.path: source}, site)
     mutated = _mutate(source, [candidate])
@@ -518,14 +531,14 @@ def apply_many(files: Mapping[str, str], sites: Sequence[Site]) -> dict[str, str
         All of ``files``, with the mutated ones replaced.
 
     Raises:
-        ValueError: A site's file is missing, a site does not match its file, two sites
+        MutationError: A site's file is missing, a site does not match its file, two sites
             overlap (or repeat), or together they leave a file invalid.
     """
     chosen: list[_Candidate] = []
     for candidate in (_lookup(files, site) for site in sites):
         for other in chosen:
             if _overlaps(candidate, other):
-                raise ValueError(
+                raise MutationError(
                     f"sites {other.site.key} and {candidate.site.key} overlap (lines "
                     f"{other.site.lineno} and {candidate.site.lineno}); apply only one of them"
                 )
@@ -555,10 +568,11 @@ def sample_sites(
         Up to ``k`` sites (fewer when the files hold fewer), ordered by path and position.
 
     Raises:
-        ValueError: ``k`` is negative, or a file does not parse.
+        ArgumentError: ``k`` is negative.
+        MutationError: A file does not parse.
     """
     if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
+        raise ArgumentError(f"k must be >= 0 (the number of sites to draw), got {k}")
     allowed = list(MutationKind) if kinds is None else [MutationKind(kind) for kind in kinds]
     paths = sorted(p for p in files if p.endswith(".py"))
     pool = [c for p in paths for c in _candidates(files[p], p) if c.site.kind in allowed]

@@ -13,9 +13,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-from agentgym_envs.core import SafetyGate, ToolCall
+from agentgym_envs.core import AgentEnv, SafetyGate, ToolCall
 from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.sandbox.backends import SANDBOX_WORKSPACE, ExecResult
@@ -83,14 +83,23 @@ class StagedCommand(StagedEffects):
             remove_tree(copy)
 
 
-class ProtectedFileGate(SafetyGate):
+class HasWorkspace(Protocol):
+    """What the workspace gate reads of RepoFix (this module may not import the env)."""
+
+    @property
+    def workspace(self) -> Path | None:
+        """The live workspace, or None before the first reset."""
+        ...
+
+
+class ProtectedFileGate(SafetyGate[AgentEnv]):
     """Tests, conftest.py, pytest configuration, sitecustomize and .pth files are not the
     agent's to change: editing them is how a policy fakes a fix."""
 
     name = "protected_files"
     description = "edits to tests, conftest.py, pytest config, sitecustomize or .pth files"
 
-    def violation(self, env: Any, call: ToolCall) -> str | None:
+    def violation(self, env: AgentEnv, call: ToolCall) -> str | None:
         if call.name in ("edit", "write_file"):
             path = str(call.arguments.get("path", ""))
             if is_protected(relative_path(path), call.arguments.get("content")):
@@ -98,14 +107,14 @@ class ProtectedFileGate(SafetyGate):
         return None
 
 
-class WorkspaceEscapeGate(SafetyGate):
+class WorkspaceEscapeGate(SafetyGate[HasWorkspace]):
     """Paths (and symlinks) must resolve inside the workspace; the hidden tests live
     outside it and must never be looked for."""
 
     name = "workspace_escape"
     description = "paths or symlinks outside the workspace, or looking for the hidden tests"
 
-    def violation(self, env: Any, call: ToolCall) -> str | None:
+    def violation(self, env: HasWorkspace, call: ToolCall) -> str | None:
         value = call.arguments.get("path")
         if isinstance(value, str):
             if HIDDEN_WORDS.search(value):
@@ -126,19 +135,19 @@ class WorkspaceEscapeGate(SafetyGate):
         return None
 
 
-class NetworkGate(SafetyGate):
+class NetworkGate(SafetyGate[AgentEnv]):
     """The sandbox has no network; trying to reach one is refused outright."""
 
     name = "network"
     description = "network access (downloads, sockets, package installs, git remotes)"
 
-    def violation(self, env: Any, call: ToolCall) -> str | None:
+    def violation(self, env: AgentEnv, call: ToolCall) -> str | None:
         if call.name == "run" and NETWORK.search(str(call.arguments.get("cmd", ""))):
             return "the sandbox has no network access"
         return None
 
 
-class CommandEffectsGate(EffectsGate):
+class CommandEffectsGate(EffectsGate[AgentEnv]):
     """``run`` and ``run_tests`` execute agent code, which can write files as well as the
     tools can. Their effects, staged on a copy of the workspace, are committed only if
     they change no protected file and leave no link pointing outside the workspace."""
@@ -146,7 +155,7 @@ class CommandEffectsGate(EffectsGate):
     name = "command_effects"
     description = "a command that changes protected files or links outside the workspace"
 
-    def violation(self, env: Any, call: ToolCall, staged: StagedEffects) -> str | None:
+    def violation(self, env: AgentEnv, call: ToolCall, staged: StagedEffects) -> str | None:
         if not isinstance(staged, StagedCommand) or staged.copy is None:
             return None  # nothing would be committed
         for relative, text in staged.changes.items():

@@ -24,7 +24,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentgym_envs.core.errors import AgentGymError, ConfigError
+from agentgym_envs.core.errors import AgentGymError, CallContextError, ConfigError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,7 +114,10 @@ class BrowserDriver:
         if self._closed:
             raise BrowserCrashed("the browser driver is closed")
         if threading.current_thread() is self._thread:
-            raise RuntimeError("BrowserDriver.call from the driver thread would deadlock")
+            raise CallContextError(
+                "BrowserDriver.call was called from the driver thread, which it would wait on "
+                "(a deadlock); expected a call from another thread: await the coroutine instead"
+            )
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
             fn(*args), self.loop
         )

@@ -37,13 +37,13 @@ BID = {"type": "integer", "minimum": 1, "description": "the element's [bid]"}
 _DEAD = re.compile(r"(Target|Browser|Context).*(closed|crashed)|has been closed|crash", re.I)
 
 
-class SiteBoundaryGate(SafetyGate):
+class SiteBoundaryGate(SafetyGate[AgentEnv]):
     """``goto`` stays on the shop and out of its admin and account-deletion pages."""
 
     name = "site_boundary"
     description = "navigating off the site, to the admin area or to account deletion"
 
-    def violation(self, env: Any, call: ToolCall) -> str | None:
+    def violation(self, env: AgentEnv, call: ToolCall) -> str | None:
         if call.name != "goto":
             return None
         path = str(call.arguments.get("path", ""))

@@ -1,9 +1,11 @@
 """Fault injection for any agentgym env: seeded, labelled infrastructure faults.
 
-The faults themselves are the core's (``agentgym_envs.core.faults``): the wrapper sets
-the env's fault config (:meth:`AgentEnv.configure_faults`) and reports, per step, what
-the episode has met so far, so an evaluator can compute recovery (success among valid
-episodes that met at least one fault).
+The faults themselves are the core's (``agentgym_envs.core.faults``), and their config
+lives in one place, the env's call runner. The wrapper installs its config there once,
+when it is made (:meth:`AgentEnv.configure_faults`, the same place the env's ``faults``
+constructor argument fills), and never again: each reset reseeds the fault RNG once, in
+the env. Per step it reports what the episode has met so far, so an evaluator can
+compute recovery (success among valid episodes that met at least one fault).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ class FaultInjection(AgentWrapper):
         far this episode, in order (``injected`` equals ``info["cost"]["faults"]``).
 
     Args:
-        env: an agentgym env (its own fault config is replaced).
+        env: an agentgym env made without faults of its own (or with these very ones).
         rate: the probability that a tool call meets a fault, in [0, 1].
         kinds: the kinds drawn from; every kind by default.
         timeout_ms: the virtual time a timeout costs.
 
     Raises:
-        ConfigError: a rate outside [0, 1], an unknown kind (with the closest match).
+        ConfigError: a rate outside [0, 1], an unknown kind (with the closest match), or an
+            env that already injects other faults (configure them in one place).
     """
 
     key = "faults"
@@ -58,21 +61,30 @@ class FaultInjection(AgentWrapper):
             raise ConfigError(f"kinds must be a list of fault kinds, got the string {kinds!r}")
         config = FaultConfig.coerce({"rate": rate, "kinds": kinds, "timeout_ms": timeout_ms})
         assert config is not None  # a mapping always gives a config
-        self.config = config
-        self.agent_env.configure_faults(self.config)
+        present = self.agent_env.faults
+        if present is not None and present != config:
+            raise ConfigError(
+                f"the env already injects faults ({present.tag[1:]}, from its faults= "
+                f"argument or configure_faults) and FaultInjection asks for {config.tag[1:]}; "
+                "faults are configured in one place: drop the env's faults= or this wrapper"
+            )
+        self._requested = config
+        self.agent_env.configure_faults(config)
         self._met: list[str] = []
 
     @property
+    def config(self) -> FaultConfig:
+        """The fault config in force: the env's (this wrapper installed it there)."""
+        return self.agent_env.faults or self._requested
+
+    @property
     def tag(self) -> str:
-        kinds = ",".join(k.value for k in self.config.kinds)
-        return f"faults:{self.config.rate:g}:{kinds}"
+        config = self.config
+        return f"faults:{config.rate:g}:{','.join(k.value for k in config.kinds)}"
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        # another holder of the env may have changed its faults since: ours apply
-        if self.agent_env.faults != self.config:
-            self.agent_env.configure_faults(self.config)
         obs, info = self.env.reset(seed=seed, options=options)
         self._start_episode(info)
         self._met = []

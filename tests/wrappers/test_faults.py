@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+import gymnasium as gym
 import pytest
 
 from agentgym_envs.core import ConfigError, Outcome, ToolStatus
@@ -154,3 +156,75 @@ def test_fault_messages_use_the_names_the_agent_sees() -> None:
     info = env.step(f'{new}(direction="up")')[4]
     assert info["error"]["code"] == "unavailable" and new in info["error"]["message"]
     assert "move" not in info["error"]["message"].replace(new, "")
+
+
+# -- one source of fault config: the env's call runner ------------------------------------
+
+FAULTS = {"rate": 1.0, "kinds": ["tool_unavailable"]}
+
+
+def _counted(env: CounterEnv, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count how often the env's call runner is (re)configured and its fault RNG seeded."""
+    counts = {"configure": 0, "start_episode": 0}
+    calls = env.calls
+    for name in counts:
+        original = getattr(calls, name)
+
+        def counting(
+            *args: object, _name: str = name, _original: Callable[..., None] = original
+        ) -> None:
+            counts[_name] += 1
+            _original(*args)
+
+        monkeypatch.setattr(calls, name, counting)
+    return counts
+
+
+@pytest.mark.parametrize("where", ["constructor", "wrapper"])
+def test_faults_are_applied_exactly_once_per_reset(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = CounterEnv(faults=FAULTS) if where == "constructor" else CounterEnv()
+    env: gym.Env[str, str] = base
+    if where == "wrapper":
+        env = FaultInjection(base, rate=1.0, kinds=["tool_unavailable"])
+    counts = _counted(base, monkeypatch)
+    for seed in range(3):
+        env.reset(seed=seed, options={"task_id": "count-5"})
+        info = env.step("add(n=1)")[4]
+        assert info["tool_calls"][0]["fault"] == "tool_unavailable"
+    assert counts == {"configure": 0, "start_episode": 3}
+
+
+def test_constructor_and_wrapper_build_the_same_faults() -> None:
+    def labels(env: gym.Env[str, str]) -> list[list[str]]:
+        runs = []
+        for seed in range(4):
+            env.reset(seed=seed, options={"task_id": "count-5"})
+            runs.append([env.step("add(n=1)")[4]["tool_calls"][0]["fault"] for _ in range(4)])
+        return runs
+
+    made = CounterEnv(faults={"rate": 0.5, "kinds": NEW_KINDS})
+    wrapped = FaultInjection(CounterEnv(), rate=0.5, kinds=NEW_KINDS)
+    assert labels(made) == labels(wrapped)
+    assert made.faults == wrapped.agent_env.faults
+
+
+def test_wrapper_does_not_reapply_its_faults_at_reset() -> None:
+    """The env holds the config: the wrapper installs it once, and a later
+    configure_faults on the env is what the next reset uses (it used to be undone)."""
+    env = FaultInjection(CounterEnv(), rate=1.0, kinds=["tool_unavailable"])
+    base = env.agent_env
+    assert isinstance(base, CounterEnv)
+    base.configure_faults(None)
+    env.reset(seed=0, options={"task_id": "count-5"})
+    info = env.step("add(n=1)")[4]
+    assert info["tool_calls"][0]["fault"] == "" and base.value == 1
+    assert base.faults is None
+
+
+def test_faults_configured_twice_raise_config_error() -> None:
+    with pytest.raises(ConfigError, match="configured in one place"):
+        FaultInjection(CounterEnv(faults={"rate": 0.5}), rate=0.2)
+    same = FaultInjection(CounterEnv(faults=FAULTS), rate=1.0, kinds=["tool_unavailable"])
+    assert same.config == FaultConfig.coerce(FAULTS)

@@ -12,6 +12,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agentgym_envs.core.errors import ArgumentError
+
 EPOCH = datetime(2025, 6, 1, tzinfo=UTC)
 NOW = 8 * 1440 + 6 * 60  # Monday 2025-06-09 06:00 UTC, in minutes since EPOCH
 FIRST_DAY, LAST_DAY = 8, 26  # the local days with meetings: Mon June 9 .. Fri June 27
@@ -42,7 +44,7 @@ def parse_iso(text: str) -> int:
     """
     m = ISO.match(text)
     if m is None:
-        raise ValueError(f"expected a UTC time like 2025-06-12T14:00:00Z, got {text!r}")
+        raise ArgumentError(f"expected a UTC time like 2025-06-12T14:00:00Z, got {text!r}")
     y, mo, d, h, mi = (int(g) for g in m.groups())
     moment = datetime(y, mo, d, h, mi, tzinfo=UTC)
     return int((moment - EPOCH).total_seconds()) // 60
@@ -56,7 +58,7 @@ def parse_date(text: str) -> int:
     """
     m = DATE.match(text)
     if m is None:
-        raise ValueError(f"expected a date like 2025-06-12, got {text!r}")
+        raise ArgumentError(f"expected a date like 2025-06-12, got {text!r}")
     moment = datetime(int(m[1]), int(m[2]), int(m[3]), tzinfo=UTC)
     return (moment - EPOCH).days
 
