@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     common = dict(
         model=args.model, device=str(device), run_dir=str(Path(args.run_dir) / "bench"), lr=1e-6
     )
-    bandit = TrainConfig(
+    bandit = TrainConfig.from_flat(
         env="agentgym-train/DigitFraction-v0",
         env_kwargs={"prompt_words": args.bandit_prompt_words},
         tasks_per_step=args.bandit_sequences // 8, group_size=8, n_envs=args.bandit_sequences,
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **common,
     )  # fmt: skip
     result["grpo_step"] = bench_step(bandit, args.step_repeats)
-    game = TrainConfig(
+    game = TrainConfig.from_flat(
         env=args.loop_env, tasks_per_step=args.loop_tasks, group_size=8,
         n_envs=args.loop_tasks * 8, max_new_tokens=48, max_context=2048,
         micro_batch_size=args.micro_batch_size, **common,

@@ -27,6 +27,9 @@ from typing import Any, ClassVar, Literal
 
 from agentgym_envs.core.errors import ConfigError
 
+# The algo names and their two config-time properties mirror trainers/algorithms/registry.py
+# (this module stays free of torch, so the CLI loads without it);
+# tests/trainers/test_algorithms.py checks that the two agree.
 Algo = Literal["grpo", "rloo", "reinforce", "ppo", "sft"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 GROUP_ALGOS = ("grpo", "rloo")
@@ -341,7 +344,7 @@ class TrainConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 prefix = getattr(value, "PREFIX", "")
                 out.update({prefix + k: v for k, v in dataclasses.asdict(value).items()})
             else:
@@ -408,7 +411,13 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def flat_docs(cls: type = TrainConfig) -> dict[str, str]:
     """Map each flat name to its field's docstring (the ``--help`` text)."""
-    return {flat: field_docs(owner).get(f.name, "") for flat, _, f, owner in _walk(cls)}
+    docs: dict[type, dict[str, str]] = {}
+    out: dict[str, str] = {}
+    for flat, _, f, owner in _walk(cls):
+        if owner not in docs:
+            docs[owner] = field_docs(owner)
+        out[flat] = docs[owner].get(f.name, "")
+    return out
 
 
 # -- the command line -----------------------------------------------------------------------
@@ -453,10 +462,13 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> N
     as help; the fields of a nested group are listed under the group's docstring."""
     docs = flat_docs(cls)
     sections: dict[str | None, Any] = {None: parser}
+    hints: dict[type, dict[str, Any]] = {}
     for flat, group, f, owner in _walk(cls):
         if group not in sections:
             sections[group] = parser.add_argument_group(group, owner.__doc__)
-        hint = typing.get_type_hints(owner)[f.name]
+        if owner not in hints:
+            hints[owner] = typing.get_type_hints(owner)
+        hint = hints[owner][f.name]
         kind, extra = _parser_type(hint)
         factory: Any = f.default_factory
         default = f.default if f.default is not dataclasses.MISSING else factory()

@@ -19,7 +19,8 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.llm.sampler import Sampler
 from trainers import distributed as dist
-from trainers.batch import TrainSeq, agent_forward, collate, sequences
+from trainers.algorithms.sft import SFT
+from trainers.batch import TrainSeq, agent_forward, collate
 from trainers.config import TrainConfig
 from trainers.rollout import Job, Trajectory
 from trainers.runlog import read_metrics
@@ -50,13 +51,11 @@ def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
 
 
 def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str, float]]:
-    """Imitate oracle trajectories: token-mean NLL on agent tokens only."""
+    """Imitate oracle trajectories: token-mean NLL on agent tokens only (the imitation
+    targets of :class:`~trainers.algorithms.sft.SFT`)."""
     cfg = trainer.cfg
     trajs = oracle_trajectories(trainer, episodes)
-    seqs = sequences(trajs, cfg.advantage.gamma, [[] for _ in trajs])
-    seqs = [s for s in seqs if s.agent_tokens]
-    for s in seqs:
-        s.advantages = [float(m) for m in s.mask]
+    seqs, _ = SFT(cfg, trainer).advantages(trajs)
     success = dist.all_sum([sum(t.episode.success for t in trajs), len(trajs)], trainer.device)
     log.info(
         "SFT on %d oracle episodes (oracle success %.2f)",
@@ -102,7 +101,9 @@ def sft_step(
 
 
 def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) -> dict[str, Any]:
-    """Success and return on the first ``episodes`` tasks of ``split`` (fixed env seeds)."""
+    """Success and return on the first ``episodes`` tasks of ``split`` (fixed env seeds),
+    with the evaluation's wall time."""
+    start = time.perf_counter()
     cfg = trainer.cfg
     pool = task_ids(trainer.runner.envs[0], split, cfg.data.difficulty)
     share = range(trainer.rank, episodes, trainer.world)
@@ -135,6 +136,7 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
         "reward": metrics["mean_return"],
         "temperature": temperature,
         "policy_version": trainer.version,
+        "wall_s": time.perf_counter() - start,
     }
 
 
@@ -143,7 +145,8 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
 
 def save_checkpoint(trainer: Trainer) -> Path:
     """``run_dir/checkpoints/step_NNNNNN``: weights (loadable as a model spec), optimizer,
-    curriculum, baseline and every RNG, so a resumed run continues the same stream."""
+    curriculum, the algorithm's state (REINFORCE's baseline) and every RNG, so a resumed
+    run continues the same stream."""
     folder = trainer.run_dir / CHECKPOINTS / f"step_{trainer.step:06d}"
     if trainer.rank == 0:
         tmp = folder.with_name(folder.name + ".tmp")
@@ -161,7 +164,8 @@ def save_checkpoint(trainer: Trainer) -> Path:
             "reference": None if trainer.ref is None else trainer.ref.state_dict(),
             "value_head": None if trainer.value_head is None else trainer.value_head.state_dict(),
             "curriculum": trainer.curriculum.state_dict(),
-            "baseline": trainer.baseline.state_dict(),
+            # the algorithm's state; the key keeps its old name, so earlier checkpoints load
+            "baseline": trainer.algorithm.state_dict(),
             "config": trainer.cfg.to_json(),
         }
         torch.save(state, tmp / "trainer_state.pt")
@@ -215,7 +219,7 @@ def load_checkpoint(trainer: Trainer, folder: Path) -> None:
     if trainer.value_head is not None and state["value_head"] is not None:
         trainer.value_head.load_state_dict(state["value_head"])
     trainer.curriculum.load_state_dict(state["curriculum"])
-    trainer.baseline.load_state_dict(state["baseline"])
+    trainer.algorithm.load_state_dict(state["baseline"])
     trainer.step, trainer.version = int(state["step"]), int(state["version"])
     rng_file = folder / f"rng_rank{trainer.rank}.pt"
     if rng_file.exists():
@@ -277,7 +281,9 @@ def train(
                 trainer, config.eval.split, config.eval.episodes, config.eval.temperature
             )
         if resumed is None and config.sft.steps > 0:
+            sft_start = time.perf_counter()
             history = sft(trainer, config.sft.steps, config.sft.episodes, config.sft.lr)
+            summary["sft_seconds"] = time.perf_counter() - sft_start
             summary["sft_loss"] = [h["sft_loss"] for h in history]
         if resumed is None:
             trainer.set_reference()  # KL anchors RL to the SFT-warmed policy
@@ -285,7 +291,7 @@ def train(
             summary["eval_before"] = evaluate(
                 trainer, config.eval.split, config.eval.episodes, config.eval.temperature
             )
-        if config.algo != "sft":
+        if trainer.algorithm.rl:
             rl_start = time.perf_counter()
             while trainer.step < config.run.steps:
                 over = bool(config.run.time_budget_s) and (

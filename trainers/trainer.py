@@ -6,9 +6,10 @@ One RL step:
    times with one env seed (a GRPO/RLOO group);
 2. roll out every episode with the current policy (version ``v``), keeping the sampled
    ids and their log-probabilities;
-3. compute advantages (GRPO, RLOO, REINFORCE with a running baseline, or PPO's GAE over
-   agent tokens); env-error episodes and groups with fewer than 2 valid members are
-   dropped here and never reach the loss;
+3. compute advantages with the run's algorithm family (``trainers/algorithms/``: GRPO,
+   RLOO, REINFORCE with a running baseline, or PPO's GAE over agent tokens); env-error
+   episodes and groups with fewer than 2 valid members are dropped here and never reach
+   the loss;
 4. ``epochs x minibatches`` optimizer steps; samples whose sampler weights are more than
    ``max_lag`` versions behind are dropped, and truncated importance sampling corrects
    the difference between the sampler and the trainer; then the policy version moves on
@@ -40,21 +41,9 @@ from agentgym_envs.llm.engine import StaticEngine, supports
 from agentgym_envs.llm.models import load_model, resolve_device
 from agentgym_envs.llm.sampler import Sampler
 from trainers import distributed as dist
-from trainers.algorithms import (
-    LossConfig,
-    RunningBaseline,
-    gae,
-    grpo_advantages,
-    kl_estimate,
-    kl_k3,
-    lag_keep_mask,
-    rloo_advantages,
-    step_loss,
-    truncated_is_weights,
-    whiten_with,
-    zero_variance_groups,
-)
-from trainers.batch import TrainSeq, agent_forward, collate, sequences
+from trainers.algorithms import LossConfig, kl_k3, lag_keep_mask, step_loss, truncated_is_weights
+from trainers.algorithms.registry import make_algorithm
+from trainers.batch import TrainSeq, agent_forward, collate
 from trainers.config import TrainConfig
 from trainers.curriculum import CurriculumSampler
 from trainers.envs import register as register_fixtures
@@ -118,8 +107,10 @@ class Trainer:
         self.lm, self.tokenizer = load_model(
             config.policy.model, device=self.device, dtype=torch.float32, seed=config.data.seed
         )
+        # the algorithm family turns rollouts into advantages (trainers/algorithms/)
+        self.algorithm = make_algorithm(config, self)
         self.value_head: ValueHead | None = None
-        if config.algo == "ppo":
+        if self.algorithm.needs_value_head:
             self.value_head = ValueHead(int(self.lm.config.hidden_size)).to(self.device)
         # the KL reference is taken when RL starts (after the SFT warm start): set_reference
         self.ref: torch.nn.Module | None = None
@@ -158,7 +149,6 @@ class Trainer:
             floor=config.data.curriculum_floor,
             seed=config.data.seed,
         )
-        self.baseline = RunningBaseline(config.advantage.baseline_decay)
         self.loss_config = LossConfig(
             clip_low=config.objective.clip_low,
             clip_high=config.objective.clip_high,
@@ -195,13 +185,27 @@ class Trainer:
         ]
         if self.value_head is not None:  # the critic learns at its own (faster) rate
             groups.append(
-                {"params": list(self.value_head.parameters()), "lr": cfg.optim.vf_lr or cfg.optim.lr * 10}
+                {
+                    "params": list(self.value_head.parameters()),
+                    "lr": cfg.optim.vf_lr or cfg.optim.lr * 10,
+                }
             )
         optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         total = max(cfg.run.steps * cfg.optim.epochs * cfg.optim.minibatches, 1)
         return optimizer, torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda k: lr_factor(k, cfg.optim.warmup_steps, total, cfg.optim.lr_schedule)
         )
+
+    @property
+    def pad_id(self) -> int:
+        return self.chat.pad_id
+
+    def reference(self) -> torch.nn.Module:
+        """The frozen KL reference, taken now if RL has not taken it yet."""
+        if self.ref is None:
+            self.set_reference()
+        assert self.ref is not None, "a KL reference needs kl_coef > 0"
+        return self.ref
 
     def set_reference(self) -> None:
         """Freeze a copy of the current policy as the KL reference (when ``kl_coef > 0``).
@@ -218,7 +222,9 @@ class Trainer:
                 f"--generation static supports Llama-family models, not "
                 f"{type(self.lm).__name__}; use --generation hf (or auto)"
             )
-        return StaticEngine(self.lm, max_batch=self.cfg.rollout.n_envs, max_len=self.cfg.rollout.max_context)
+        return StaticEngine(
+            self.lm, max_batch=self.cfg.rollout.n_envs, max_len=self.cfg.rollout.max_context
+        )
 
     # -- one RL step -----------------------------------------------------------------------
 
@@ -294,174 +300,12 @@ class Trainer:
         self.logger.log(self.step, metrics)
         return metrics
 
-    def returns(self, traj: Trajectory) -> tuple[float, list[float]]:
-        """Discounted return from the start, and the discount after each turn."""
-        cfg = self.cfg
-        discounts = [cfg.advantage.gamma * math.exp(-cfg.advantage.time_discount * dt) for dt in traj.durations_s]
-        ret, scale = 0.0, 1.0
-        for k, reward in enumerate(traj.episode.rewards):
-            ret += scale * reward
-            scale *= discounts[k] if k < len(discounts) else cfg.advantage.gamma
-        return ret, discounts
-
     def advantages(self, trajs: Sequence[Trajectory]) -> tuple[list[TrainSeq], dict[str, float]]:
-        cfg = self.cfg
-        rets, discounts = zip(*(self.returns(t) for t in trajs), strict=True) if trajs else ((), ())
-        rewards = torch.tensor(rets, dtype=torch.float32)
-        valid = torch.tensor([t.episode.valid for t in trajs], dtype=torch.bool)
-        groups = torch.tensor([t.job.group for t in trajs], dtype=torch.long)
-        stats: dict[str, float] = {}
-        seqs = sequences(trajs, cfg.advantage.gamma, discounts)
-        if cfg.algo == "grpo":
-            adv, kept = grpo_advantages(rewards, groups, valid, scale=cfg.advantage.adv_scale)
-        elif cfg.algo == "rloo":
-            adv, kept = rloo_advantages(rewards, groups, valid)
-        elif cfg.algo == "reinforce":
-            adv, kept = self.baseline.advantages(rewards, valid)
-            all_r = [
-                r
-                for part in dist.all_gather(list(zip(rets, valid.tolist(), strict=True)))
-                for r in part
-            ]
-            self.baseline.update(
-                torch.tensor([r for r, _ in all_r]), torch.tensor([v for _, v in all_r])
-            )
-            stats["baseline"] = float(self.baseline.value or 0.0)
-        else:  # ppo: token-level advantages from GAE over agent tokens
-            adv, kept = torch.zeros_like(rewards), valid.clone()
-        if cfg.algo in ("grpo", "rloo"):
-            zero, n_groups = zero_variance_groups(rewards, groups, valid)
-            z = dist.all_sum([zero, n_groups], self.device)
-            stats["zero_variance_group_rate"] = z[0] / max(z[1], 1.0)
-        seqs = [s for s in seqs if bool(kept[s.traj]) and s.agent_tokens > 0]
-        for s in seqs:
-            s.advantages = [float(adv[s.traj]) * m for m in s.mask]
-        penalties = self._kl_penalties(seqs) if cfg.objective.kl_in_reward and seqs else None
-        if penalties is not None:
-            stats["kl_penalty"] = sum(map(sum, penalties)) / max(
-                sum(s.agent_tokens for s in seqs), 1
-            )
-            for s, pen in zip(seqs, penalties, strict=True):
-                # PPO: a per-token reward before GAE; episode-level methods: added to the
-                # token's advantage after the group baseline
-                target = s.rewards if cfg.algo == "ppo" else s.advantages
-                for t, p in enumerate(pen):
-                    target[t] -= p
-        if cfg.algo == "ppo" and seqs:
-            stats.update(self._gae(seqs, trajs))
-        if cfg.advantage.whiten:  # every process joins the statistics, also with no sequence kept
-            self._whiten(seqs)
-        kept_n = dist.all_sum([float(kept.sum()), float(len(trajs))], self.device)
-        stats["kept_episode_rate"] = kept_n[0] / max(kept_n[1], 1.0)
-        return seqs, stats
-
-    def _gae(self, seqs: list[TrainSeq], trajs: Sequence[Trajectory]) -> dict[str, float]:
-        """PPO: values from the current critic, then GAE per trajectory over the stream of
-        its agent tokens (segments concatenated in order; observation tokens skipped). A
-        trajectory cut by a time or context limit bootstraps from the critic's value of
-        the state after its last action. Returns the critic's explained variance."""
-        values = self._evaluate(seqs, values=True)
-        streams: dict[int, list[tuple[int, int]]] = {}
-        for i, s in enumerate(seqs):
-            streams.setdefault(s.traj, []).extend((i, t) for t, m in enumerate(s.mask) if m)
-        width = max(len(v) for v in streams.values())
-        order = sorted(streams)
-        boot = self._bootstrap_values(seqs, trajs, [streams[t][-1][0] for t in order], order)
-        r = torch.zeros(len(order), width)
-        v = torch.zeros(len(order), width)
-        g = torch.ones(len(order), width)
-        m = torch.zeros(len(order), width)
-        for row, traj in enumerate(order):
-            for col, (i, t) in enumerate(streams[traj]):
-                r[row, col] = seqs[i].rewards[t]
-                v[row, col] = values[i][t]
-                g[row, col] = seqs[i].gammas[t]
-                m[row, col] = 1.0
-        adv, ret = gae(r, v, m, gamma=g, lam=self.cfg.advantage.lam, bootstrap=boot)
-        for i, s in enumerate(seqs):
-            s.returns = [0.0] * len(s.ids)
-            s.old_values = values[i]
-        for row, traj in enumerate(order):
-            for col, (i, t) in enumerate(streams[traj]):
-                seqs[i].advantages[t] = float(adv[row, col])
-                seqs[i].returns[t] = float(ret[row, col])
-        # explained variance of the critic on this batch: 1 - Var(R - V) / Var(R)
-        picked = m.bool()
-        returns, predicted = ret[picked].double(), v[picked].double()
-        sums = dist.all_sum(
-            [
-                float(returns.numel()),
-                float(returns.sum()),
-                float((returns**2).sum()),
-                float((returns - predicted).sum()),
-                float(((returns - predicted) ** 2).sum()),
-            ],
-            self.device,
-        )
-        n = max(sums[0], 1.0)
-        var_r = sums[2] / n - (sums[1] / n) ** 2
-        var_e = sums[4] / n - (sums[3] / n) ** 2
-        return {
-            "explained_variance": 1.0 - var_e / var_r if var_r > 1e-12 else 0.0,
-            "bootstrapped_episodes": float(sum(1 for x in boot.tolist() if x != 0.0)),
-        }
-
-    def _bootstrap_values(
-        self,
-        seqs: Sequence[TrainSeq],
-        trajs: Sequence[Trajectory],
-        last_seq: Sequence[int],
-        order: Sequence[int],
-    ) -> torch.Tensor:
-        """``(len(order),)`` value of the state after each trajectory's last action: 0 when
-        it terminated, the critic's estimate on its final observation when it was cut."""
-        boot = torch.zeros(len(order))
-        probes: list[TrainSeq] = []
-        rows: list[int] = []
-        for row, (traj, i) in enumerate(zip(order, last_seq, strict=True)):
-            if trajs[traj].episode.cut and trajs[traj].tail_ids:
-                ids = [*seqs[i].ids, *trajs[traj].tail_ids, self.chat.pad_id]
-                # the value predicted for the extra last token reads the state before it
-                mask = [0] * (len(ids) - 1) + [1]
-                probes.append(TrainSeq(ids, mask, [0.0] * len(ids), traj, seqs[i].version))
-                rows.append(row)
-        if probes:
-            for row, per in zip(rows, self._evaluate(probes, values=True), strict=True):
-                boot[row] = per[-1]
-        return boot
-
-    def _whiten(self, seqs: list[TrainSeq]) -> None:
-        """Whiten advantages with statistics over every process's agent tokens. GRPO and
-        RLOO are only scaled: their group baseline already centres them, and shifting would
-        give a zero-signal group (all rewards equal) a non-zero advantage."""
-        flat_adv = torch.tensor([a for s in seqs for a in s.advantages], dtype=torch.float64)
-        flat_mask = torch.tensor([m for s in seqs for m in s.mask], dtype=torch.bool)
-        picked = flat_adv[flat_mask]
-        n, total, squares = dist.all_sum(
-            [float(picked.numel()), float(picked.sum()), float((picked**2).sum())], self.device
-        )
-        shift = self.cfg.algo not in ("grpo", "rloo")
-        white = whiten_with(flat_adv, flat_mask, n, total, squares, shift_mean=shift).tolist()
-        k = 0
-        for s in seqs:
-            s.advantages = white[k : k + len(s.mask)]
-            k += len(s.mask)
-
-    def _kl_penalties(self, seqs: Sequence[TrainSeq]) -> list[list[float]]:
-        """``kl_coef * KL`` per agent token, from the sampler's log-probabilities and the
-        reference's, for ``kl_in_reward`` (0 at mask-0 tokens)."""
-        if self.ref is None:
-            self.set_reference()
-        ref = self._evaluate(seqs, values=False, model=self.ref)
-        out = []
-        for s, ref_row in zip(seqs, ref, strict=True):
-            mu = torch.tensor(s.sampler_logprobs, dtype=torch.float64)
-            kl = kl_estimate(mu, torch.tensor(ref_row, dtype=torch.float64), self.cfg.objective.kl_estimator)
-            out.append([self.cfg.objective.kl_coef * float(k) * m for k, m in zip(kl, s.mask, strict=True)])
-        return out
+        """Step 3: the kept sequences with their per-token advantages, from the algorithm."""
+        return self.algorithm.advantages(trajs)
 
     @torch.no_grad()
-    def _evaluate(
+    def evaluate(
         self, seqs: Sequence[TrainSeq], values: bool, model: torch.nn.Module | None = None
     ) -> list[list[float]]:
         """Per-token log-probabilities (or values) under the current weights (or under
@@ -490,7 +334,11 @@ class Trainer:
         """Step 4: ``epochs x minibatches`` optimizer steps over the kept sequences."""
         cfg = self.cfg
         self.lm.train()
-        old = self._evaluate(seqs, values=False) if cfg.optim.epochs * cfg.optim.minibatches > 1 else None
+        old = (
+            self.evaluate(seqs, values=False)
+            if cfg.optim.epochs * cfg.optim.minibatches > 1
+            else None
+        )
         totals: dict[str, float] = {}
         updates = 0
         stopped = False
@@ -539,7 +387,9 @@ class Trainer:
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this update uses
         if total_tokens > 0:
             if cfg.optim.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm))
+                grad_norm = float(
+                    torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm)
+                )
             else:
                 grad_norm = float(
                     torch.nn.utils.get_total_norm(
@@ -594,7 +444,9 @@ class Trainer:
     ) -> dict[str, float]:
         cfg = self.cfg
         seqs = [s for s, _ in chunk]
-        seq_weights = _sequence_weights(seqs, cfg.objective.loss_agg, total_seqs, cfg.rollout.max_new_tokens)
+        seq_weights = _sequence_weights(
+            seqs, cfg.objective.loss_agg, total_seqs, cfg.rollout.max_new_tokens
+        )
         batch = collate(seqs, self.chat.pad_id, self.device)
         out = agent_forward(
             self.lm,

@@ -42,7 +42,7 @@ def test_resume_keeps_the_kl_reference(tmp_path: Path, tokenizer: Any) -> None:
     try:
         from trainers.run import latest_checkpoint, load_checkpoint
 
-        folder = latest_checkpoint(Path(cfg.run_dir))
+        folder = latest_checkpoint(Path(cfg.run.run_dir))
         assert folder is not None
         load_checkpoint(trainer, folder)
         saved = torch.load(folder / "trainer_state.pt", weights_only=False)["reference"]
@@ -60,7 +60,7 @@ def test_resume_keeps_the_kl_reference(tmp_path: Path, tokenizer: Any) -> None:
 
 def test_rl_starts_with_a_fresh_optimizer_and_its_warmup(tmp_path: Path, tokenizer: Any) -> None:
     trainer = Trainer(sft_config(tmp_path, warmup_steps=4, lr_schedule="cosine", steps=8))
-    assert trainer.cfg.lr == 1e-3
+    assert trainer.cfg.optim.lr == 1e-3
     try:
         sft(trainer, steps=3, episodes=4, lr=1e-2)
         # SFT's moments and step count would damp RL's smaller gradients

@@ -17,7 +17,7 @@ from gymnasium.utils.env_checker import check_env
 from agentgym_envs.cli import main
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.store import TrajectoryStore
-from trainers.config import TrainConfig, field_docs, parse
+from trainers.config import TrainConfig, field_docs, flat_docs, parse
 from trainers.envs import DigitFractionEnv, register
 from trainers.run import train
 
@@ -33,10 +33,13 @@ BANDIT_ARGS = [
 def test_every_config_field_is_a_documented_flag() -> None:
     docs = field_docs(TrainConfig)
     assert set(docs) == set(TrainConfig.__dataclass_fields__)
-    assert all(len(text) > 10 for text in docs.values())
+    flat = flat_docs(TrainConfig)
+    assert set(flat) == set(TrainConfig().to_json())
+    assert all(len(text) > 10 for text in flat.values())
     cfg = parse(["--algo", "ppo", "--dual-clip", "3", "--whiten", "--env-kwargs", '{"a": 1}'])
-    assert (cfg.algo, cfg.dual_clip, cfg.whiten, cfg.env_kwargs) == ("ppo", 3.0, True, {"a": 1})
-    assert parse(["--vf-clip", "none"]).vf_clip is None
+    got = (cfg.algo, cfg.objective.dual_clip, cfg.advantage.whiten, cfg.data.env_kwargs)
+    assert got == ("ppo", 3.0, True, {"a": 1})
+    assert parse(["--vf-clip", "none"]).objective.vf_clip is None
 
 
 @pytest.mark.parametrize(
@@ -97,7 +100,7 @@ def test_agentgym_train_runs_end_to_end_on_frozenlake(tmp_path: Path, capsys: An
 
 
 def test_sft_warm_start_lowers_the_imitation_loss(tmp_path: Path, tokenizer: Any) -> None:
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_flat(
         env="agentgym/FrozenLake-v0", model="tiny", device="cpu", algo="sft", sft_steps=8,
         sft_episodes=8, sft_lr=1e-2, max_new_tokens=32, max_context=2048, n_envs=8,
         run_dir=str(tmp_path / "sft"),

@@ -39,7 +39,7 @@ def make_config(tmp_path: Path, **overrides: Any) -> TrainConfig:
         run_dir=str(tmp_path / "run"),
     )
     base.update(overrides)
-    return TrainConfig(**base)
+    return TrainConfig.from_flat(**base)
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_trainer_logprobs_equal_sampler_logprobs(lake_trainer: Trainer) -> None:
     trajs = rollout(trainer, n=4)
     assert any(len(t.actions) > 1 for t in trajs)
     seqs, _ = trainer.advantages(trajs)
-    recomputed = trainer._evaluate(seqs, values=False)
+    recomputed = trainer.evaluate(seqs, values=False)
     diffs = [
         abs(recomputed[i][t] - s.sampler_logprobs[t])
         for i, s in enumerate(seqs)
@@ -177,7 +177,7 @@ def test_loss_and_gradient_do_not_depend_on_micro_batch_size(lake_trainer: Train
     pairs = [(s, None) for s in seqs]
     results = []
     for size in (1, 2, 4):
-        trainer.cfg = dataclasses.replace(trainer.cfg, micro_batch_size=size)
+        trainer.cfg = trainer.cfg.replace(micro_batch_size=size)
         trainer.optimizer.zero_grad(set_to_none=True)
         sums, _ = trainer.accumulate(pairs)
         results.append((sums["pg_loss"], grads(trainer)))

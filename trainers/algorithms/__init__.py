@@ -1,5 +1,11 @@
-"""Pure-function RL algorithms of the reference trainer: advantages, losses and off-policy
-corrections. Nothing here touches a model or an env; everything is tested by hand."""
+"""RL algorithms of the reference trainer.
+
+The pure functions (``advantages``, ``losses``, ``offpolicy``) touch no model and no env;
+everything there is tested by hand. On them, one module per algorithm family turns a
+rollout batch into advantages: ``group`` (GRPO, RLOO), ``reinforce``, ``ppo`` and ``sft``,
+each an :class:`~trainers.algorithms.base.Algorithm` that
+:mod:`~trainers.algorithms.registry` maps from the ``algo`` name.
+"""
 
 from trainers.algorithms.advantages import (
     RunningBaseline,

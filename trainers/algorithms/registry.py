@@ -31,9 +31,7 @@ def algorithm_class(name: str) -> type[Algorithm]:
     if name not in ALGORITHMS:
         close = difflib.get_close_matches(name, list(ALGORITHMS), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(
-            f"no algorithm {name!r}: expected one of {sorted(ALGORITHMS)}{hint}"
-        )
+        raise ConfigError(f"no algorithm {name!r}: expected one of {sorted(ALGORITHMS)}{hint}")
     return ALGORITHMS[name]
 
 

@@ -1,0 +1,152 @@
+"""The nested TrainConfig: flat names in and out, the generated command line, old JSON."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+
+from agentgym_envs.core.errors import ConfigError
+from trainers.config import (
+    DataConfig,
+    SFTConfig,
+    TrainConfig,
+    add_arguments,
+    flat_docs,
+    flat_fields,
+    parse,
+)
+
+# the flat keys of summary.json and checkpoints before the config was grouped
+OLD_KEYS = [
+    "env",
+    "env_kwargs",
+    "split",
+    "difficulty",
+    "eval_split",
+    "algo",
+    "model",
+    "device",
+    "steps",
+    "time_budget_s",
+    "tasks_per_step",
+    "group_size",
+    "n_envs",
+    "max_new_tokens",
+    "max_context",
+    "context_policy",
+    "system_prompt",
+    "generation",
+    "temperature",
+    "top_p",
+    "lr",
+    "lr_schedule",
+    "warmup_steps",
+    "weight_decay",
+    "max_grad_norm",
+    "epochs",
+    "minibatches",
+    "micro_batch_size",
+    "adv_scale",
+    "whiten",
+    "gamma",
+    "lam",
+    "time_discount",
+    "clip_low",
+    "clip_high",
+    "dual_clip",
+    "kl_coef",
+    "kl_estimator",
+    "kl_in_reward",
+    "loss_agg",
+    "target_kl",
+    "entropy_coef",
+    "vf_coef",
+    "vf_lr",
+    "value_detach",
+    "vf_clip",
+    "max_lag",
+    "tis_cap",
+    "baseline_decay",
+    "curriculum_alpha",
+    "curriculum_floor",
+    "sft_steps",
+    "sft_episodes",
+    "sft_lr",
+    "eval_episodes",
+    "eval_temperature",
+    "seed",
+    "sampling_seed",
+    "run_dir",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "resume",
+]
+
+
+def test_to_json_keeps_the_old_flat_keys_and_from_flat_reads_them_back() -> None:
+    cfg = TrainConfig.from_flat(
+        algo="ppo", env_kwargs={"max_steps": 4}, sft_steps=3, eval_split="ood", lr=3e-4,
+        vf_clip=None, resume=True, difficulty="easy", seed=7,
+    )  # fmt: skip
+    flat = cfg.to_json()
+    assert sorted(flat) == sorted(OLD_KEYS)
+    assert (flat["sft_steps"], flat["eval_split"], flat["lr"]) == (3, "ood", 3e-4)
+    # a summary.json written before (plain JSON) builds the same config
+    again = TrainConfig.from_flat(**json.loads(json.dumps(flat)))
+    assert again == cfg and again.to_json() == flat
+    assert (cfg.sft.steps, cfg.eval.split, cfg.optim.lr, cfg.data.seed) == (3, "ood", 3e-4, 7)
+    assert cfg.objective.vf_clip is None and cfg.run.resume
+
+
+def test_every_group_is_frozen_and_replace_takes_flat_names() -> None:
+    cfg = TrainConfig()
+    for f in dataclasses.fields(cfg):
+        group = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(group):
+            assert group.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.optim.lr = 1.0  # type: ignore[misc]
+    changed = cfg.replace(micro_batch_size=2, sft_lr=0.5)
+    assert (changed.optim.micro_batch_size, changed.sft.lr) == (2, 0.5)
+    assert cfg.optim.micro_batch_size == 4  # the original is untouched
+
+
+def test_unknown_flat_name_suggests_the_closest() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'sft_steps'"):
+        TrainConfig.from_flat(sft_step=3)
+
+
+def test_a_group_must_be_its_dataclass() -> None:
+    with pytest.raises(ConfigError, match="from_flat"):
+        TrainConfig(data={"env": "x"})  # type: ignore[arg-type]
+    assert TrainConfig(data=DataConfig(env="x"), sft=SFTConfig(steps=1)).to_json()["env"] == "x"
+
+
+def test_validation_still_spans_groups() -> None:
+    with pytest.raises(ConfigError, match="needs --sft-steps >= 1"):
+        TrainConfig.from_flat(algo="sft", steps=0)
+    assert TrainConfig.from_flat(algo="sft", steps=0, sft_steps=1).run.steps == 0
+    with pytest.raises(ConfigError, match="kl_in_reward needs --kl-coef"):
+        TrainConfig.from_flat(kl_in_reward=True)
+    with pytest.raises(ConfigError, match="baseline_decay"):
+        TrainConfig.from_flat(baseline_decay=1.0)
+
+
+def test_the_command_line_stays_flat() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {a.dest: a for a in parser._actions if a.dest != "help"}
+    assert sorted(flags) == sorted(OLD_KEYS)
+    docs, defaults = flat_docs(), TrainConfig().to_json()
+    for name, action in flags.items():
+        assert action.option_strings == ["--" + name.replace("_", "-")]
+        assert action.help is not None and action.help.startswith(docs[name])
+        assert action.default == defaults[name]
+    assert set(flat_fields()) == set(OLD_KEYS)
+    cfg = parse(["--sft-steps", "2", "--eval-episodes", "5", "--model", "tiny", "--resume"])
+    assert (cfg.sft.steps, cfg.eval.episodes, cfg.policy.model, cfg.run.resume) == (
+        2, 5, "tiny", True,
+    )  # fmt: skip
