@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym_envs.core import pyast
 from agentgym_envs.core.errors import did_you_mean
 from agentgym_envs.core.info import ErrorCode
 from agentgym_envs.core.tools import ToolCall, ToolSet
@@ -175,7 +176,7 @@ class ActionParser:
 
     def _calls_from_python(self, text: str) -> list[tuple[str, Any]]:
         try:
-            module = ast.parse(text.rstrip(";"), mode="exec")
+            module = pyast.parse(text.rstrip(";"), mode="exec")
         except SyntaxError as exc:
             raise _ParseFailure(
                 ErrorCode.PARSE_ERROR, f"invalid call syntax: {exc.msg} (column {exc.offset})"

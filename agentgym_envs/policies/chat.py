@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym_envs.core.pyast import AST_LOCK
 from agentgym_envs.llm.chat import Message
 
 ToolCallTuple = tuple[str, dict[str, Any]]
@@ -144,7 +145,8 @@ def _calls_from_json(text: str) -> list[ToolCallTuple] | None:
 def _call_from_python(line: str, params: Mapping[str, Sequence[str]]) -> ToolCallTuple | None:
     """Read ``name(arg=literal, ...)`` with :mod:`ast` (never eval)."""
     try:
-        node = ast.parse(line.rstrip(";"), mode="eval").body
+        with AST_LOCK:
+            node = ast.parse(line.rstrip(";"), mode="eval").body
     except (SyntaxError, ValueError, RecursionError):
         return None
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):

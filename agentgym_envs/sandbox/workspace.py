@@ -16,12 +16,12 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
+from agentgym_envs.core import pyast
 from agentgym_envs.core.errors import AgentGymError, ConfigError
 from agentgym_envs.core.scratch import owned_dir, reap_stale, remove_tree
 
@@ -394,10 +394,10 @@ def search_output(stdout: str) -> tuple[list[str], int] | str | None:
     return hits, total
 
 
-# CPython's ast module is not safe to use from several threads at once (envs stepped in
-# threads fail with "SystemError: AST constructor recursion depth mismatch"): every
-# parse, unparse or dump of the sandbox package takes this lock.
-AST_LOCK = threading.Lock()
+# CPython's ast module is not safe to use from several threads at once (see
+# agentgym_envs.core.pyast): every parse, unparse or dump of the sandbox package takes
+# the process-wide lock that the action parser takes too.
+AST_LOCK = pyast.AST_LOCK
 
 
 def code_of(source: str | None) -> str | None:

@@ -1,0 +1,26 @@
+"""One lock around CPython's :mod:`ast` for every thread of the process.
+
+CPython 3.11 keeps the recursion depth of its C-to-Python syntax tree conversion in
+module state shared by all threads; a garbage collection during one thread's
+``ast.parse`` can switch to another thread's parse, and one of them then fails with
+``SystemError: AST constructor recursion depth mismatch`` (CPython gh-106905). Envs are
+stepped in threads (vector envs, the evaluator, the trainer's rollouts), and the action
+parser and the RepoFix sandbox both parse Python: every ``ast.parse`` of this package
+holds :data:`AST_LOCK` (re-entrant, so a locked helper may call another).
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+
+AST_LOCK = threading.RLock()
+
+
+def parse(source: str, mode: str = "exec", filename: str = "<unknown>") -> ast.AST:
+    """``ast.parse`` under :data:`AST_LOCK`."""
+    with AST_LOCK:
+        return ast.parse(source, filename=filename, mode=mode)
+
+
+__all__ = ["AST_LOCK", "parse"]
