@@ -1,0 +1,487 @@
+"""OpenEnv adapter: serve any agentgym env as an OpenEnv environment server, and play one
+through a Gymnasium env that is an OpenEnv client.
+
+OpenEnv (``openenv-core``) is the protocol that TRL, torchforge, SkyRL and Unsloth use for
+remote environments. The server speaks its API unchanged:
+
+* a WebSocket session at ``/ws`` (what OpenEnv's ``EnvClient`` uses): ``reset``, ``step``,
+  ``state`` and ``close`` messages; every session gets its own env instance, made with
+  ``gym.make`` in the session's own thread, and closed when the session ends, whether the
+  client says ``close``, disconnects or is killed (or, with ``session_timeout_s``, idles);
+* HTTP ``POST /reset``, ``POST /step``, ``GET /state``, ``/schema``, ``/metadata`` and
+  ``/health``. OpenEnv's HTTP ``reset`` and ``step`` are stateless (each request gets a
+  fresh env), so an episode is played over the WebSocket.
+
+The action is the model's raw text (``{"text": ...}``), in any form the env parses; the
+observation carries the text, ``terminated``, ``truncated`` and the env's ``info`` as JSON
+(``done`` is ``terminated or truncated``, ``reward`` the env's own step reward).
+
+Run a server with ``agentgym openenv serve Sokoban --port 8000`` or :func:`serve`; play it
+with :class:`OpenEnvGymEnv` (a ``gymnasium.Env``) or any OpenEnv client.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+from pydantic import Field
+
+from agentgym_envs.core.errors import AgentGymError, ClosedError, ResetNeeded
+from agentgym_envs.core.info import Outcome
+from agentgym_envs.core.spaces import TextSpace
+from agentgym_envs.integrations.extras import jsonable, require
+from agentgym_envs.registration import env_class, find
+
+_WHAT = "the OpenEnv adapter (agentgym_envs.integrations.openenv)"
+require("openenv.core", "openenv-core", "openenv", _WHAT)
+require("uvicorn", "openenv-core", "openenv", _WHAT)
+
+import uvicorn  # noqa: E402
+from openenv.core import EnvClient  # noqa: E402
+from openenv.core.client_types import StepResult  # noqa: E402
+from openenv.core.env_server import (  # noqa: E402
+    Action,
+    ConcurrencyConfig,
+    Environment,
+    Observation,
+    State,
+    create_fastapi_app,
+)
+from openenv.core.env_server.types import EnvironmentMetadata  # noqa: E402
+
+__all__ = [
+    "AgentGymAction",
+    "AgentGymEnvClient",
+    "AgentGymObservation",
+    "AgentGymState",
+    "OpenEnvGymEnv",
+    "OpenEnvServer",
+    "RemoteEnvError",
+    "SessionEnvironment",
+    "create_openenv_app",
+    "serve",
+]
+
+
+class RemoteEnvError(AgentGymError, RuntimeError):
+    """The OpenEnv server answered a request with an error (its message is included)."""
+
+
+# -- the wire types ----------------------------------------------------------------------
+
+
+class AgentGymAction(Action):  # type: ignore[misc]  # openenv-core is untyped
+    """One agent turn: the model's raw output."""
+
+    text: str = Field(
+        description="the model's raw output: a tool call in any form the env parses (JSON "
+        "object, OpenAI tool_call, Hermes <tool_call>, name(arg=...)) or a message to the user"
+    )
+
+
+class AgentGymObservation(Observation):  # type: ignore[misc]
+    """What the env returned: its text observation, end flags and ``info`` as JSON."""
+
+    text: str = Field(description="the observation text the agent sees")
+    terminated: bool = Field(default=False, description="success, failure or safety stop")
+    truncated: bool = Field(default=False, description="a step, time or cost budget, env_error")
+    info: dict[str, Any] = Field(default_factory=dict, description="the env's info, as JSON")
+
+
+class AgentGymState(State):  # type: ignore[misc]
+    """The session's episode bookkeeping (the world state itself stays on the server)."""
+
+    env_id: str = Field(description="the registered env id, e.g. agentgym/Sokoban-v0")
+    task_id: str | None = Field(default=None, description="the episode's task, once reset")
+    outcome: str | None = Field(default=None, description="the Outcome value, once reset")
+    done: bool = Field(default=False, description="whether the episode has ended")
+    total_reward: float = Field(default=0.0, description="the episode's return so far")
+    observation_max_length: int = Field(description="max_length of the observation space")
+    action_max_length: int = Field(description="max_length of the action space")
+
+
+# -- the server side ---------------------------------------------------------------------
+
+
+class SessionEnvironment(
+    Environment[AgentGymAction, AgentGymObservation, AgentGymState]  # type: ignore[misc]
+):
+    """One agentgym env behind OpenEnv's ``Environment`` interface (one per session).
+
+    The Gymnasium env is made on the first ``reset``, in the thread that runs it: OpenEnv
+    runs a session's reset, step and close in that session's own thread, which is what
+    thread-bound resources (Playwright's browser) need.
+
+    Args:
+        env_id: a registered env id or name (``Sokoban``, ``agentgym/Retail-v1``).
+        make_kwargs: keyword arguments for ``gym.make`` (constructor options).
+        tracker: a set that this instance adds itself to (the server's list of envs).
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True  # every session owns its env; nothing is shared
+
+    def __init__(
+        self,
+        env_id: str,
+        make_kwargs: Mapping[str, Any] | None = None,
+        tracker: weakref.WeakSet[SessionEnvironment] | None = None,
+    ) -> None:
+        super().__init__()
+        entry = find(env_id)
+        self.env_id = entry.id
+        self._description = entry.description
+        self._cls = env_class(entry)
+        self._make_kwargs = dict(make_kwargs or {})
+        self.env: gym.Env[str, str] | None = None
+        self.closed = False
+        self._started = False  # a reset succeeded
+        self._state = AgentGymState(
+            env_id=self.env_id,
+            observation_max_length=self._cls.max_observation_chars,
+            action_max_length=self._cls.max_action_chars,
+        )
+        if tracker is not None:
+            tracker.add(self)
+
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> AgentGymObservation:
+        """Start an episode. ``options`` are the env's reset options; extra keyword
+        arguments (``task_id=...``, ``split=...``) are merged into them."""
+        self._check_open()
+        if self.env is None:
+            self.env = gym.make(self.env_id, **self._make_kwargs)
+        opts = {**dict(options or {}), **kwargs} or None
+        self._started = False  # until this reset succeeds
+        obs, info = self.env.reset(seed=seed, options=opts)
+        self._started = True
+        self._state = self._state.model_copy(
+            update={
+                "episode_id": episode_id or uuid.uuid4().hex,
+                "step_count": 0,
+                "task_id": info["task"]["id"],
+                "outcome": str(info["outcome"]),
+                "done": False,
+                "total_reward": 0.0,
+            }
+        )
+        return AgentGymObservation(text=obs, reward=None, done=False, info=jsonable(info))
+
+    def step(
+        self, action: AgentGymAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> AgentGymObservation:
+        """Play one agent turn. ``timeout_s`` is accepted for the protocol and unused (the
+        env's own budgets bound a step)."""
+        self._check_open()
+        if self.env is None or not self._started:
+            raise ResetNeeded(
+                f"step before a successful reset on {self.env_id}: reset the session first "
+                "(OpenEnv's HTTP /step is stateless, a fresh env per request: play an episode "
+                "over the WebSocket session /ws, e.g. with OpenEnvGymEnv or an EnvClient)"
+            )
+        obs, reward, terminated, truncated, info = self.env.step(action.text)
+        done = bool(terminated or truncated)
+        self._state = self._state.model_copy(
+            update={
+                "step_count": self._state.step_count + 1,
+                "outcome": str(info["outcome"]),
+                "done": done,
+                "total_reward": self._state.total_reward + float(reward),
+            }
+        )
+        return AgentGymObservation(
+            text=obs,
+            reward=float(reward),
+            done=done,
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            info=jsonable(info),
+        )
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError(
+                f"this {self.env_id} session's env is closed (the session idled past the "
+                "server's session timeout, or the server is shutting down); open a new session"
+            )
+
+    @property
+    def state(self) -> AgentGymState:
+        """The session's episode bookkeeping (a copy)."""
+        state: AgentGymState = self._state.model_copy()
+        return state
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        """The env's id, description and version."""
+        return EnvironmentMetadata(
+            name=self.env_id, description=self._description, version=str(self._cls.version)
+        )
+
+    def close(self) -> None:
+        """Close the Gymnasium env. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.env is not None:
+            self.env.close()
+
+
+def create_openenv_app(
+    env_id: str,
+    *,
+    make_kwargs: Mapping[str, Any] | None = None,
+    max_sessions: int = 8,
+    session_timeout_s: float | None = None,
+    tracker: weakref.WeakSet[SessionEnvironment] | None = None,
+) -> Any:
+    """The FastAPI app of an OpenEnv server for ``env_id`` (serve it with any ASGI server).
+
+    Args:
+        env_id: a registered env id or name.
+        make_kwargs: keyword arguments for ``gym.make`` in every session.
+        max_sessions: the most concurrent WebSocket sessions (each holds one env).
+        session_timeout_s: close a session idle this long; None keeps it until it ends.
+        tracker: a set that every env the app makes is added to.
+
+    Returns:
+        A ``fastapi.FastAPI`` app.
+    """
+    find(env_id)  # an unknown id fails here, with a did-you-mean, not in the first session
+    factory = functools.partial(SessionEnvironment, env_id, make_kwargs, tracker)
+    config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout_s)
+    app = create_fastapi_app(
+        factory, AgentGymAction, AgentGymObservation, concurrency_config=config
+    )
+    app.add_middleware(_QuietDisconnect)
+    return app
+
+
+class _QuietDisconnect:
+    """ASGI middleware: a WebSocket client that left first is a normal end of session.
+
+    openenv-core's ``/ws`` handler closes the socket after the session ends and lets the
+    ``WebSocketDisconnect`` raised by a client that already left escape, which the server
+    would log as a crash; the session and its env are already closed by then.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.websockets import WebSocketDisconnect
+
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope.get("type") != "websocket":
+                raise
+
+
+class OpenEnvServer:
+    """An OpenEnv server running in a background thread (see :func:`serve`).
+
+    Attributes:
+        env_id: the env it serves.
+        url: its base URL, e.g. ``http://127.0.0.1:8000`` (the WebSocket is ``/ws``).
+    """
+
+    def __init__(self, env_id: str, sock: socket.socket, app: Any, tracker: Any) -> None:
+        self.env_id = env_id
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        self._tracker: weakref.WeakSet[SessionEnvironment] = tracker
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="openenv-server", daemon=True
+        )
+        self._sock = sock
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start serving; return once the server accepts connections."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.close()
+                raise AgentGymError(f"the OpenEnv server for {self.env_id} did not start")
+            time.sleep(0.02)
+
+    def environments(self) -> list[SessionEnvironment]:
+        """The env instances this server made that are still referenced (open or closed)."""
+        return list(self._tracker)
+
+    def close(self) -> None:
+        """Stop serving and close every env it still has open. Idempotent."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        for env in list(self._tracker):
+            env.close()
+        self._sock.close()
+
+    def __enter__(self) -> OpenEnvServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(
+    env_id: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    make_kwargs: Mapping[str, Any] | None = None,
+    max_sessions: int = 8,
+    session_timeout_s: float | None = None,
+) -> OpenEnvServer:
+    """Serve ``env_id`` as an OpenEnv environment in a background thread.
+
+    Args:
+        env_id: a registered env id or name.
+        host: address to bind.
+        port: port to bind; 0 picks a free one (read it from ``server.url``).
+        make_kwargs: keyword arguments for ``gym.make`` in every session.
+        max_sessions: the most concurrent WebSocket sessions.
+        session_timeout_s: close a session idle this long; None keeps it until it ends.
+
+    Returns:
+        The running :class:`OpenEnvServer`; call ``close()`` (or use ``with``) to stop it.
+    """
+    tracker: weakref.WeakSet[SessionEnvironment] = weakref.WeakSet()
+    app = create_openenv_app(
+        env_id,
+        make_kwargs=make_kwargs,
+        max_sessions=max_sessions,
+        session_timeout_s=session_timeout_s,
+        tracker=tracker,
+    )
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    server = OpenEnvServer(find(env_id).id, sock, app, tracker)
+    server.start()
+    return server
+
+
+# -- the client side ---------------------------------------------------------------------
+
+
+class AgentGymEnvClient(
+    EnvClient[AgentGymAction, AgentGymObservation, AgentGymState]  # type: ignore[misc]
+):
+    """OpenEnv's async ``EnvClient`` for an agentgym server, with typed results
+    (``.sync()`` gives the synchronous one)."""
+
+    def _step_payload(self, action: AgentGymAction) -> dict[str, Any]:
+        payload: dict[str, Any] = action.model_dump()
+        return payload
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[AgentGymObservation]:
+        obs = AgentGymObservation(
+            **payload.get("observation", {}),
+            reward=payload.get("reward"),
+            done=payload.get("done", False),
+        )
+        return StepResult(observation=obs, reward=obs.reward, done=obs.done)
+
+    def _parse_state(self, payload: dict[str, Any]) -> AgentGymState:
+        return AgentGymState(**payload)
+
+
+def _info(raw: Mapping[str, Any]) -> dict[str, Any]:
+    info = dict(raw)
+    if isinstance(info.get("outcome"), str):
+        info["outcome"] = Outcome(info["outcome"])
+    return info
+
+
+class OpenEnvGymEnv(gym.Env[str, str]):
+    """A Gymnasium env whose episodes run on an OpenEnv server (one session per instance).
+
+    ``reset(seed=, options=)`` and ``step(text)`` behave as the served env's, with ``info``
+    as JSON (``info["outcome"]`` is an :class:`Outcome` again). Closing it ends the
+    session, which closes the env on the server.
+
+    Args:
+        base_url: the server's URL, ``http://host:port`` or ``ws://host:port``.
+        connect_timeout_s: how long to wait for the WebSocket to open.
+        message_timeout_s: how long to wait for each answer.
+
+    Raises:
+        ConnectionError: nothing answers at ``base_url``.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self, base_url: str, *, connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0
+    ) -> None:
+        self.base_url = base_url
+        self._client = AgentGymEnvClient(
+            base_url=base_url,
+            connect_timeout_s=connect_timeout_s,
+            message_timeout_s=message_timeout_s,
+        ).sync()
+        self._closed = False
+        self._client.connect()
+        first = self.state()
+        self.env_id = first.env_id
+        self.observation_space = TextSpace(first.observation_max_length)
+        self.action_space = TextSpace(first.action_max_length, min_length=0)
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise ClosedError(f"this OpenEnv client of {self.base_url} is closed; make a new one")
+        try:
+            return getattr(self._client, name)(*args, **kwargs)
+        except RuntimeError as exc:  # OpenEnv's client raises RuntimeError("Server error: ...")
+            raise RemoteEnvError(f"{name} on the OpenEnv server {self.base_url}: {exc}") from exc
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode on the server (the same seed and options as a local env)."""
+        super().reset(seed=seed)
+        payload: dict[str, Any] = {}
+        if seed is not None:
+            payload["seed"] = seed
+        if options is not None:
+            payload["options"] = options
+        result = self._call("reset", **payload)
+        return result.observation.text, _info(result.observation.info)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Play one agent turn on the server."""
+        result = self._call("step", AgentGymAction(text=action))
+        obs: AgentGymObservation = result.observation
+        reward = 0.0 if result.reward is None else float(result.reward)
+        return obs.text, reward, obs.terminated, obs.truncated, _info(obs.info)
+
+    def state(self) -> AgentGymState:
+        """The session's episode bookkeeping on the server."""
+        state: AgentGymState = self._call("state")
+        return state
+
+    def close(self) -> None:
+        """End the session (the server closes its env). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._client.close()
