@@ -99,7 +99,7 @@ ENVS: tuple[EnvEntry, ...] = (
     ),
     EnvEntry(
         "WebShop",
-        "1",
+        "2",
         "agentgym_envs.web.webshop:WebShopEnv",
         "web",
         description="shop on a local website in headless Chromium; the shop's database grades",
@@ -124,7 +124,51 @@ def _register(entry: EnvEntry) -> None:
         kwargs=dict(entry.kwargs),
         disable_env_checker=False,
         order_enforce=True,
+        additional_wrappers=(ResetRecovery.wrapper_spec(),),
     )
+
+
+class ResetRecovery(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
+    """Keeps an env usable after its first ``reset`` raised (say, a typo in an option).
+
+    ``gym.make`` wraps every env in Gymnasium's ``PassiveEnvChecker``, which marks its
+    one-time reset check as done *before* the env's ``reset`` runs: when that first
+    reset raises, the checker keeps no reset data, and every later ``step`` fails with
+    ``TypeError: cannot unpack non-iterable NoneType object``. ``gym.make`` adds this
+    wrapper outermost to every agentgym env; until a reset succeeds, a reset that
+    raises re-arms the checkers below it, so the next reset is checked (and recorded)
+    as the first. It changes nothing else and costs nothing after the first success.
+    """
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+        self._reset_once = False
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env; a failure before any success re-arms the reset checks."""
+        if self._reset_once:
+            return self.env.reset(seed=seed, options=options)
+        try:
+            result = self.env.reset(seed=seed, options=options)
+        except BaseException:
+            for checker in _checkers(self.env):
+                checker.checked_reset = False
+            raise
+        self._reset_once = True
+        return result
+
+
+def _checkers(env: gym.Env[Any, Any]) -> list[gym.wrappers.PassiveEnvChecker[Any, Any]]:
+    """The Gymnasium passive env checkers down the wrapper chain of ``env``."""
+    found = []
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.PassiveEnvChecker):
+            found.append(env)
+        env = env.env
+    return found
 
 
 def find(env_id: str) -> EnvEntry:

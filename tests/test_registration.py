@@ -7,7 +7,7 @@ import gymnasium as gym
 import pytest
 
 import agentgym_envs
-from agentgym_envs.core import EnvNotFoundError
+from agentgym_envs.core import ConfigError, EnvNotFoundError
 from agentgym_envs.registration import ENVS, find
 
 
@@ -99,5 +99,65 @@ def test_async_shared_memory_observations_are_live() -> None:
             obs, *_ = envs.step((action, action))
             expected = single.step(action)[0]
             assert obs[0] == expected
+    finally:
+        envs.close()
+
+
+def test_a_failed_first_reset_does_not_poison_the_env() -> None:
+    # Gymnasium's passive checker used to keep no reset data after a first reset
+    # raised, so every later step raised "cannot unpack non-iterable NoneType object"
+    env = gym.make("agentgym/FrozenLake-v0")
+    try:
+        with pytest.raises(ConfigError, match="Did you mean 'task_id'"):
+            env.reset(seed=0, options={"task_idd": "x"})  # a typo
+        env.reset(seed=0)
+        obs, _, _, _, info = env.step('move(direction="up")')
+        assert isinstance(obs, str) and not info["error"]
+        assert str(env).startswith("<ResetRecovery<OrderEnforcing<PassiveEnvChecker<")
+        again = gym.make(env.spec)  # the spec rebuilds the same stack
+        assert str(again) == str(env)
+        again.close()
+    finally:
+        env.close()
+    bare = gym.make("agentgym/FrozenLake-v0", disable_env_checker=True)
+    with pytest.raises(ConfigError):
+        bare.reset(options={"split": "nope"})
+    bare.reset(seed=1)
+    assert isinstance(bare.step('move(direction="up")')[0], str)
+    bare.close()
+
+
+def test_a_bad_make_kwarg_names_the_class_and_the_closest_kwarg() -> None:
+    with pytest.raises(ConfigError) as err:
+        gym.make("agentgym/FrozenLake-v0", max_stepz=3)
+    message = str(err.value)
+    assert message.startswith("FrozenLakeEnv got an unknown keyword argument 'max_stepz'")
+    assert "Did you mean 'max_steps'?" in message
+    # the family's own kwargs and the base class's are listed
+    assert "is_slippery" in message and "reward_config" in message and "AgentEnv" not in message
+    with pytest.raises(ConfigError, match=r"SokobanEnv .*'end_on_deadlok'.*'end_on_deadlock'"):
+        gym.make("agentgym/Sokoban-v0", end_on_deadlok=False)
+    assert gym.make("agentgym/Sokoban-v0", end_on_deadlock=False, max_steps=5) is not None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_make_vec_same_step_autoreset_as_the_readme_shows(mode) -> None:
+    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    envs = gym.make_vec(
+        "agentgym/FrozenLake-v0", num_envs=2, vectorization_mode=mode, vector_kwargs=same_step
+    )
+    try:
+        envs.reset(seed=[0, 1])
+        for direction in ("up", "left", "down", "right") * 10:
+            obs, _, terminated, truncated, infos = envs.step((f"move({direction})",) * 2)
+            done = terminated | truncated
+            if done.any():
+                break
+        assert done.any(), "no episode ended"
+        i = int(done.argmax())
+        # the ending step already returns the next episode's first observation
+        assert infos["_final_obs"][i] and infos["final_info"]["outcome"][i] != "continue"
+        assert infos["step"][i] == 0 and infos["final_info"]["step"][i] >= 1
+        assert "Episode" in infos["final_obs"][i] and "Episode" not in obs[i]
     finally:
         envs.close()

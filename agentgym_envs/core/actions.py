@@ -6,7 +6,9 @@ Accepted forms (tried in this order, after removing leading ``<think>...</think>
 2. One fenced code block (```json / ```python / ```) holding a call.
 3. The whole text as JSON: ``{"name": ..., "arguments": {...}}``; the aliases
    ``{"tool": ..., "args": ...}``, ``{"name": ..., "parameters": ...}`` and the OpenAI
-   ``{"function": {"name": ..., "arguments": "<json>"}}``; or a list of those.
+   ``{"function": {"name": ..., "arguments": "<json>"}}`` (an OpenAI ``tool_calls``
+   entry, ``id`` and ``type`` included); a list of those; or an OpenAI assistant message
+   ``{"role": "assistant", "tool_calls": [...]}``.
 4. The whole text as Python call syntax ``move(direction="up")``, one call per line,
    parsed with :mod:`ast` (arguments through ``ast.literal_eval``; never ``eval``/``exec``).
    Positional arguments map onto the tool's parameters in declaration order, and a bare
@@ -171,12 +173,19 @@ class ActionParser:
                 ErrorCode.PARSE_ERROR,
                 f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
             ) from None
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("tool_calls"), list)
+            and data["tool_calls"]
+        ):
+            data = data["tool_calls"]  # a whole OpenAI assistant message
         items = data if isinstance(data, list) else [data]
         return [_call_from_object(item) for item in items]
 
     def _calls_from_python(self, text: str) -> list[tuple[str, Any]]:
         try:
-            module = pyast.parse(text.rstrip(";"), mode="exec")
+            with pyast.AST_LOCK:
+                module = ast.parse(text.rstrip(";"), mode="exec")
         except SyntaxError as exc:
             raise _ParseFailure(
                 ErrorCode.PARSE_ERROR, f"invalid call syntax: {exc.msg} (column {exc.offset})"
@@ -328,6 +337,17 @@ def _last_line(text: str) -> str:
 
 def _failed(code: str, message: str) -> ParsedAction:
     return ParsedAction(error_code=code, error_message=message, canonical=f"!{code}")
+
+
+FORMAT_NOTE = (
+    "Act by calling one tool per turn. Accepted forms: a JSON object "
+    '{"name": "<tool>", "arguments": {...}}, <tool_call>{...}</tool_call>, or a call '
+    "like tool(arg=value)."
+)
+"""How to act, as the system prompt states it (``AgentEnv.reset``'s ``info["system"]``)."""
+
+NOT_TEXT = _failed(ErrorCode.PARSE_ERROR, "the action must be text (a str)")
+"""The verdict on an action that is not text (``AgentEnv.step`` got no str or bytes)."""
 
 
 def _call_from_object(item: Any) -> tuple[str, Any]:

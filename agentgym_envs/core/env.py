@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, Protocol, Self
 
 import gymnasium as gym
 
-from agentgym_envs.core.actions import ActionParser, ParsedAction
+from agentgym_envs.core.actions import FORMAT_NOTE, NOT_TEXT, ActionParser, ParsedAction
 from agentgym_envs.core.calls import CallRecord, CallRunner, Turn, fresh_arguments
 from agentgym_envs.core.errors import (
     ConfigError,
@@ -50,7 +50,7 @@ from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.core.state import EnvState, fingerprint
 from agentgym_envs.core.tasks import DEFAULT_COUNTS, Task, TaskSet, load_task_set
 from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
-from agentgym_envs.core.validation import check_reset_options, play_validation
+from agentgym_envs.core.validation import check_kwargs, check_reset_options, play_validation
 from agentgym_envs.core.variants import Variant, check_variant, localize, localizing, rename_calls
 from agentgym_envs.core.verifiers import Invariant, Milestone, MilestoneTracker, verify
 
@@ -118,6 +118,10 @@ class AgentEnv(gym.Env[str, str], ABC):
         if own is not None and not getattr(own, "__isabstractmethod__", False):
             # under a tool variant, oracle actions use the renamed tools (core.variants)
             setattr(cls, "oracle", localizing(own))  # noqa: B010  (mypy: no method assign)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        check_kwargs(cls, kwargs)  # a did-you-mean, not a raw TypeError naming AgentEnv
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -369,7 +373,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             rules = rename_calls(self.toolset, rules)
         example = f"\nExample: {self._example()}" if self.example_action else ""
         parts = [rules] if rules else []
-        parts += [f"Tools:\n{self.toolset.describe()}", _FORMAT_NOTE + example]
+        parts += [f"Tools:\n{self.toolset.describe()}", FORMAT_NOTE + example]
         return "\n\n".join(parts)
 
     def step(  # type: ignore[override]  # see _GYM_INFO_NOTE
@@ -387,7 +391,7 @@ class AgentEnv(gym.Env[str, str], ABC):
             action = bytes(action).decode("utf-8", errors="replace")
             parsed = self.parser.parse(action)
         else:
-            parsed = _NOT_TEXT
+            parsed = NOT_TEXT
             action = ""
         self._step += 1
         self.ledger.chars_in += len(action)
@@ -783,14 +787,3 @@ class AgentEnv(gym.Env[str, str], ABC):
 # _GYM_INFO_NOTE: Gymnasium annotates ``info`` as ``dict[str, Any]``; reset and step
 # return the precise StepInfo, a TypedDict (a plain dict at runtime) that mypy, lacking
 # PEP 728, never treats as a ``dict[str, Any]``: only the checker sees a bad override.
-_FORMAT_NOTE = (
-    "Act by calling one tool per turn. Accepted forms: a JSON object "
-    '{"name": "<tool>", "arguments": {...}}, <tool_call>{...}</tool_call>, or a call '
-    "like tool(arg=value)."
-)
-
-_NOT_TEXT = ParsedAction(
-    error_code=ErrorCode.PARSE_ERROR,
-    error_message="the action must be text (a str)",
-    canonical=f"!{ErrorCode.PARSE_ERROR}",
-)

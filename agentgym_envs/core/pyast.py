@@ -11,16 +11,9 @@ holds :data:`AST_LOCK` (re-entrant, so a locked helper may call another).
 
 from __future__ import annotations
 
-import ast
 import threading
 
 AST_LOCK = threading.RLock()
 
 
-def parse(source: str, mode: str = "exec", filename: str = "<unknown>") -> ast.AST:
-    """``ast.parse`` under :data:`AST_LOCK`."""
-    with AST_LOCK:
-        return ast.parse(source, filename=filename, mode=mode)
-
-
-__all__ = ["AST_LOCK", "parse"]
+__all__ = ["AST_LOCK"]

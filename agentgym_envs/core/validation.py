@@ -3,6 +3,7 @@ doing nothing fails)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,35 @@ def check_reset_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
             f"{did_you_mean(str(opts['split']), SPLITS)}"
         )
     return opts
+
+
+def constructor_kwargs(cls: type) -> tuple[str, ...]:
+    """The keyword arguments ``cls(...)`` accepts: those of each ``__init__`` up the MRO,
+    as long as the one below passes ``**kwargs`` on (an env family to ``AgentEnv``)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        names += [p.name for p in params if p.kind in kinds and p.name not in names]
+        if all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in params):
+            break
+    return tuple(n for n in names if n != "self")
+
+
+def check_kwargs(cls: type, kwargs: Mapping[str, Any]) -> None:
+    """Raise ConfigError naming ``cls``, the first unknown keyword argument in
+    ``kwargs``, the closest accepted one and all accepted ones (``gym.make`` kwargs)."""
+    accepted = constructor_kwargs(cls)
+    for key in kwargs:
+        if key not in accepted:
+            raise ConfigError(
+                f"{cls.__name__} got an unknown keyword argument {key!r} (from gym.make or "
+                f"the constructor).{did_you_mean(key, accepted)} Accepted keyword "
+                f"arguments: {', '.join(accepted)}; help({cls.__name__}) documents them"
+            )
 
 
 def play_validation(env: AgentEnv, task: Task) -> str | None:
@@ -65,4 +95,10 @@ def play_validation(env: AgentEnv, task: Task) -> str | None:
         env.close()
 
 
-__all__ = ["RESET_OPTIONS", "check_reset_options", "play_validation"]
+__all__ = [
+    "RESET_OPTIONS",
+    "check_kwargs",
+    "check_reset_options",
+    "constructor_kwargs",
+    "play_validation",
+]

@@ -14,7 +14,7 @@ from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.tasks import Task, load_task_set
 from agentgym_envs.redteam.core import Attack, AttackTrace, Script, scripted
 
-ENV = "agentgym/WebShop-v1"
+ENV = "agentgym/WebShop-v2"
 TASK_FILE = "web/webshop.jsonl"
 Steps = Generator[str, tuple[str, dict[str, Any]], None]
 

@@ -369,8 +369,9 @@ class LocalBackend(_CheckedBackend):
         if unsafe is not True:
             raise ConfigError(
                 "the local backend runs commands on the host with no isolation; expected "
-                f"unsafe=True, got unsafe={unsafe!r}. Pass backend='local', unsafe=True if "
-                "you accept that, or use backend='auto' (bubblewrap or docker)."
+                f"unsafe=True, got unsafe={unsafe!r}. If you accept that, pass "
+                "backend='local', unsafe=True (gym.make, RepoFixEnv, make_backend) or "
+                "LocalBackend(unsafe=True); else use backend='auto' (bubblewrap or docker)."
             )
         home, tmp = os.environ.get("HOME", "/tmp"), os.environ.get("TMPDIR", "/tmp")
         self._env = {**_base_env(str(runtime_dir() / "bin")), "HOME": home, "TMPDIR": tmp}

@@ -22,7 +22,14 @@ from agentgym_envs.core import (
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.sandbox import repofix_tasks as tasks
-from agentgym_envs.sandbox.backends import Backend, ExecResult, Limits, SandboxError, make_backend
+from agentgym_envs.sandbox.backends import (
+    Backend,
+    ExecResult,
+    Limits,
+    LocalBackend,
+    SandboxError,
+    make_backend,
+)
 from agentgym_envs.sandbox.repofix_gates import (
     CommandEffectsGate,
     NetworkGate,
@@ -186,6 +193,17 @@ class RepoFixEnv(AgentEnv):
         ``env_error``.
 
     ``info["sandbox"]`` names the backend and its isolation level.
+
+    Args:
+        backend: where commands run: ``"auto"`` (bubblewrap, else Docker; never the
+            host), ``"bubblewrap"``, ``"docker"``, ``"local"`` (with ``unsafe=True``), or
+            a :class:`~agentgym_envs.sandbox.backends.Backend` object.
+        unsafe: True accepts running agent commands on the host with no isolation;
+            only with ``backend="local"`` (``gym.make(..., backend="local",
+            unsafe=True)``) or a ``LocalBackend``.
+        guidance: after a failed ``submit()``, go on and show the failing tests.
+        limits: the sandbox's resource limits (``Limits``).
+        **kwargs: the base class's (``AgentEnv``).
     """
 
     name = "RepoFix"
@@ -204,6 +222,7 @@ class RepoFixEnv(AgentEnv):
         self,
         *,
         backend: str | Backend = "auto",
+        unsafe: bool = False,
         guidance: bool = False,
         limits: Limits | None = None,
         **kwargs: Any,
@@ -217,7 +236,7 @@ class RepoFixEnv(AgentEnv):
             )
         self.guidance = guidance
         super().__init__(**kwargs)
-        self.backend = make_backend(backend) if isinstance(backend, str) else backend
+        self.backend = choose_backend(backend, unsafe)
         self.limits = limits or Limits()
         self.gates += [ProtectedFileGate(), WorkspaceEscapeGate(), NetworkGate()]
         self.effect_gates.append(CommandEffectsGate())
@@ -713,4 +732,34 @@ def _format(result: ExecResult) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["RepoFixEnv", "ScriptOracle", "grade", "relative_path", "solution_actions"]
+def choose_backend(backend: str | Backend, unsafe: bool) -> Backend:
+    """The backend that ``RepoFixEnv(backend=..., unsafe=...)`` runs commands in.
+
+    Raises:
+        ConfigError: ``unsafe`` is not a bool, ``unsafe=True`` with a backend other than
+            the local one, or ``backend="local"`` without ``unsafe=True``.
+        BackendUnavailable: the backend asked for does not work here.
+    """
+    if not isinstance(unsafe, bool):
+        raise ConfigError(f"unsafe must be True or False, got {unsafe!r}")
+    if not unsafe:
+        return make_backend(backend) if isinstance(backend, str) else backend
+    if isinstance(backend, LocalBackend):
+        return backend
+    if backend == "local":
+        return make_backend("local", unsafe=True)
+    raise ConfigError(
+        "unsafe=True only applies to the local backend (commands on the host, no "
+        f"isolation); got backend={backend!r}. Pass backend='local', unsafe=True to run "
+        "on the host, or drop unsafe=True to keep the sandbox"
+    )
+
+
+__all__ = [
+    "RepoFixEnv",
+    "ScriptOracle",
+    "choose_backend",
+    "grade",
+    "relative_path",
+    "solution_actions",
+]

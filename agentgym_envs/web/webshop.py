@@ -33,7 +33,13 @@ KEYS = ("Enter", "Tab", "Escape", "ArrowDown", "ArrowUp", "ArrowLeft", "ArrowRig
         "Backspace", "PageDown", "PageUp", "Home", "End", "Space")  # fmt: skip
 BLOCKED_TYPES = {"image", "font", "media"}
 VIEWPORT = {"width": 1280, "height": 900}
-BID = {"type": "integer", "minimum": 1, "description": "the element's [bid]"}
+# a number, or BrowserGym's form: the id as a string, click('4') (v2)
+BID = {
+    "type": ["integer", "string"],
+    "minimum": 1,
+    "pattern": "^[1-9][0-9]{0,8}$",
+    "description": "the element's [bid], e.g. 12 (or '12')",
+}
 _DEAD = re.compile(r"(Target|Browser|Context).*(closed|crashed)|has been closed|crash", re.I)
 
 
@@ -270,7 +276,7 @@ class WebShopEnv(AgentEnv):
 
     name = "WebShop"
     family = "web"
-    version = "1"
+    version = "2"  # 2: a bid may be a string of digits, click('4'), as in BrowserGym
     verifier_version = "2"  # 2: row-level collateral damage; forbidden requests never graded
     task_file = "web/webshop.jsonl"
     task_counts = tasks.TASK_COUNTS
@@ -361,6 +367,8 @@ class WebShopEnv(AgentEnv):
 
     def _browser_action(self, name: str, **args: Any) -> ToolResult:
         assert self._tab is not None
+        if "bid" in args:  # the schema let through only digit strings
+            args["bid"] = int(args["bid"])
         try:
             result = ToolResult(self._run(self._tab.act, name, args))
         except _ActionError as exc:
@@ -384,7 +392,7 @@ class WebShopEnv(AgentEnv):
 
     @tool("Click an element (link, button, radio, checkbox).", parameters={"bid": BID},
           kind=ToolKind.WRITE, cost=0.2)  # fmt: skip
-    def click(self, bid: int) -> ToolResult:
+    def click(self, bid: int | str) -> ToolResult:
         return self._browser_action("click", bid=bid)
 
     @tool(
@@ -393,7 +401,7 @@ class WebShopEnv(AgentEnv):
         kind=ToolKind.WRITE,
         cost=0.2,
     )
-    def fill(self, bid: int, text: str) -> ToolResult:
+    def fill(self, bid: int | str, text: str) -> ToolResult:
         return self._browser_action("fill", bid=bid, text=text)
 
     @tool(
@@ -402,12 +410,12 @@ class WebShopEnv(AgentEnv):
         kind=ToolKind.WRITE,
         cost=0.2,
     )
-    def select(self, bid: int, option: str) -> ToolResult:
+    def select(self, bid: int | str, option: str) -> ToolResult:
         return self._browser_action("select", bid=bid, option=option)
 
     @tool("Tick a checkbox or choose a radio button.", parameters={"bid": BID},
           kind=ToolKind.WRITE, cost=0.2)  # fmt: skip
-    def check(self, bid: int) -> ToolResult:
+    def check(self, bid: int | str) -> ToolResult:
         return self._browser_action("check", bid=bid)
 
     @tool("Press a key in the focused element.", parameters={"key": {"enum": list(KEYS)}},

@@ -10,7 +10,12 @@ Robustness wrappers (each seeded from the episode seed, labelled in ``info`` and
 - :class:`LoopDetection` (``loop_detection``): repeats that change nothing.
 
 Build stacks from plain specs with :func:`apply_wrappers` (names in :data:`WRAPPERS`).
+
+:class:`RecordingWrapper` writes every finished episode to a trajectory store; it is
+imported on first use (it needs :mod:`agentgym_envs.eval`, which imports this package).
 """
+
+from typing import Any
 
 from agentgym_envs.wrappers.attacks import ATTACKS, TEMPLATES, Attack
 from agentgym_envs.wrappers.base import AgentWrapper
@@ -20,6 +25,15 @@ from agentgym_envs.wrappers.injection import PromptInjection
 from agentgym_envs.wrappers.loops import LoopDetection
 from agentgym_envs.wrappers.noise import NOISE_KINDS, ObservationNoise
 from agentgym_envs.wrappers.tool_ood import ToolOOD, tool_variant
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RecordingWrapper":  # lazily: see the module docstring
+        from agentgym_envs.wrappers.recording import RecordingWrapper
+
+        return RecordingWrapper
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ATTACKS",
@@ -32,6 +46,7 @@ __all__ = [
     "LoopDetection",
     "ObservationNoise",
     "PromptInjection",
+    "RecordingWrapper",
     "ToolOOD",
     "apply_wrappers",
     "tool_variant",

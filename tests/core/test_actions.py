@@ -18,6 +18,13 @@ def parser() -> ActionParser:
         '{"tool": "add", "args": {"n": 2}}',
         '{"name": "add", "parameters": {"n": 2}}',
         '{"type": "function", "function": {"name": "add", "arguments": "{\\"n\\": 2}"}}',
+        # an OpenAI tool_calls entry as the SDK dumps it, alone, in a list, in its message
+        '{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '
+        '"{\\"n\\": 2}"}}',
+        '[{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '
+        '"{\\"n\\": 2}"}}]',
+        '{"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": '
+        '"function", "function": {"name": "add", "arguments": "{\\"n\\": 2}"}}]}',
         '<tool_call>{"name": "add", "arguments": {"n": 2}}</tool_call>',
         'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"n": 2}}\n</tool_call>',
         "<tool_call>add(n=2)</tool_call>",

@@ -5,14 +5,17 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
+import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.errors import AgentGymError, ConfigError
 from agentgym_envs.sandbox import backends
 from agentgym_envs.sandbox.backends import (
@@ -29,6 +32,7 @@ from agentgym_envs.sandbox.backends import (
     docker_available,
     make_backend,
 )
+from agentgym_envs.sandbox.repofix import choose_backend
 from tests.sandbox.support import needs_bwrap
 
 PY = sys.executable
@@ -369,3 +373,71 @@ class TestDocker:
         assert docker.run([PY, "-c", code], workspace=ws, timeout_s=60).exit_code != 0
         r = docker.run(["sleep", "60"], workspace=ws, timeout_s=1)
         assert r.timed_out and r.killed == "timeout"
+
+
+# ---------------------------------------------------------------- recommended fixes
+
+_BACKEND_KWARGS = re.compile(r"backend=(['\"])(\w+)\1(, unsafe=True)?")
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _recommended_backend_fixes(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Every backend choice that RepoFix's error messages or the README recommend."""
+    messages = [README.read_text(encoding="utf-8")]
+    with monkeypatch.context() as m:
+        m.setattr(backends, "bubblewrap_status", lambda: (False, "bwrap not on PATH"))
+        m.setattr(backends, "docker_status", lambda: (False, "no engine"))
+        for make in (
+            lambda: make_backend("auto"),
+            lambda: make_backend("local"),
+            LocalBackend,
+            DockerBackend,
+            lambda: gym.make("agentgym/RepoFix-v1"),
+            lambda: gym.make("agentgym/RepoFix-v1", backend="local"),
+            lambda: gym.make("agentgym/RepoFix-v1", backend="bwrap", unsafe=True),
+        ):
+            with pytest.raises(AgentGymError) as err:
+                make()
+            messages.append(str(err.value))
+    found = {m.group(0) for text in messages for m in _BACKEND_KWARGS.finditer(text)}
+    found |= {
+        "LocalBackend(unsafe=True)" for text in messages if "LocalBackend(unsafe=True)" in text
+    }
+    return found
+
+
+def test_every_recommended_backend_fix_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the README and LocalBackend's own error once recommended gym.make(...,
+    # backend="local", unsafe=True), which raised TypeError: run every recommendation
+    fixes = _recommended_backend_fixes(monkeypatch)
+    assert "backend='local', unsafe=True" in fixes and 'backend="local", unsafe=True' in fixes
+    assert "LocalBackend(unsafe=True)" in fixes and 'backend="docker"' in fixes
+    for fix in sorted(fixes):
+        local = fix.startswith("LocalBackend")
+        call = ast.parse(fix if local else f"f({fix})", mode="eval").body
+        assert isinstance(call, ast.Call)
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg}
+        if local:
+            kwargs = {"backend": LocalBackend(**kwargs)}
+        try:
+            env = gym.make("agentgym/RepoFix-v1", **kwargs)
+        except BackendUnavailable:  # docker or bubblewrap where none runs: the named fix
+            assert kwargs["backend"] in ("docker", "bubblewrap"), fix
+            continue
+        try:
+            env.reset(seed=0)
+            obs, _, _, _, info = env.step("run(cmd=\"python -c 'print(6 * 7)'\")")
+            assert not info["error"] and "42" in obs, (fix, obs)
+        finally:
+            env.close()
+
+
+def test_unsafe_is_only_for_the_local_backend() -> None:
+    for backend in ("auto", "bubblewrap", "docker"):
+        with pytest.raises(ConfigError, match="unsafe=True only applies to the local backend"):
+            choose_backend(backend, True)
+    with pytest.raises(ConfigError, match="unsafe must be True or False"):
+        choose_backend("local", "yes")  # type: ignore[arg-type]
+    local = LocalBackend(unsafe=True)
+    assert choose_backend(local, True) is local and choose_backend(local, False) is local
+    assert isinstance(choose_backend("local", True), LocalBackend)

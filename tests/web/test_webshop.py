@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.browser, needs_browser, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def env() -> WebShopEnv:
-    made = gym.make("agentgym/WebShop-v1")
+    made = gym.make("agentgym/WebShop-v2")
     inner = made.unwrapped
     assert isinstance(inner, WebShopEnv)
     yield inner
@@ -81,6 +81,20 @@ def test_observation_lists_elements_by_bid(env) -> None:
     *_, info = env.step("fill(bid=1, text='x')")  # a link is not a text field
     assert info["error"]["code"] in ("not_interactable", "timeout")
     assert env.outcome is Outcome.CONTINUE
+
+
+def test_a_bid_as_a_string_clicks_as_in_browsergym(env) -> None:
+    start(env, some(env, "fact"))
+    env.step('goto(path="/search?q=lamp")')
+    obs = env.render_view()
+    bid = next(line.split("]")[0][1:] for line in obs.splitlines() if '] link "Home"' in line)
+    *_, info = env.step(f"click('{bid}')")  # BrowserGym's form: the bid as a string
+    assert not info["error"], info["error"]
+    assert "\nURL: /\n" in env.render_view()  # the Home link was followed
+    for bad in ("click('0')", "click('x4')", "click('4.0')"):
+        *_, info = env.step(bad)
+        assert info["error"]["code"] == "bad_arguments", bad
+    assert info["versions"]["env"].startswith("WebShop-v2")
 
 
 @pytest.mark.parametrize(
@@ -248,7 +262,7 @@ def test_interpreter_exit_stops_the_browser() -> None:
     code = (
         "import agentgym_envs, gymnasium as gym\n"
         "from agentgym_envs.web.browser import browser_pids\n"
-        "env = gym.make('agentgym/WebShop-v1'); env.reset(seed=0)\n"
+        "env = gym.make('agentgym/WebShop-v2'); env.reset(seed=0)\n"
         "print(' '.join(map(str, browser_pids())))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
