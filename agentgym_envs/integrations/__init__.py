@@ -8,6 +8,9 @@
   (extra ``openenv``).
 * :mod:`~agentgym_envs.integrations.skyrl`: ``AgentGymTextEnv``, a SkyRL-Gym
   ``BaseTextEnv`` around any env (extra ``skyrl``).
+* :mod:`~agentgym_envs.integrations.verl`: ``AgentGymAgentLoop``, a verl agent loop
+  (registered as ``agentgym``) that plays any env token in, token out (extra ``verl``, in a
+  venv of its own: verl pins an older transformers).
 
 Shared pieces: :mod:`~agentgym_envs.integrations.tool_methods` (typed Python methods from
 tool specs) and :mod:`~agentgym_envs.integrations.text_rollout` (multi-turn text episodes
