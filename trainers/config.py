@@ -88,7 +88,8 @@ class RolloutConfig:
     system_prompt: bool = True
     """Start each sequence with the env's system prompt. A model trained from scratch
     learns nothing from a prefix that is the same in every episode; leaving it out
-    (--system-prompt false) shortens every sequence, which the CPU recipes rely on."""
+    (--system-prompt false) shortens every sequence, which the CPU recipes rely on (the
+    chat template may still write its own default system turn)."""
     generation: Literal["auto", "static", "hf"] = "auto"
     """Rollout generation: 'static' KV-cache engine (CUDA graphs on GPU; Llama-family
     models), 'hf' (transformers forward, any model), 'auto' (static when supported)."""
@@ -212,6 +213,9 @@ class EvalConfig:
     """Episodes of eval_split to evaluate before and after training (0: skip)."""
     temperature: float = 0.0
     """Sampling temperature of the evaluation (0: greedy)."""
+    greedy_too: bool = False
+    """Also evaluate greedily when the temperature is above 0 (summary keys
+    eval_*_greedy), so a sampled-policy result always comes with its greedy one."""
 
 
 @dataclass(frozen=True)

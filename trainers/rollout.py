@@ -168,7 +168,8 @@ class RolloutRunner:
         max_context: tokens per segment at most.
         context_policy: what to do when the next turn would not fit (see module doc).
         system_prompt: start each sequence with the env's system prompt (``info["system"]``);
-            without it the policy sees the task and the turns only.
+            without it the chat has no system message (a chat template may still write
+            its own default one, as SmolLM2's does).
     """
 
     def __init__(

@@ -128,7 +128,14 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
     metrics = episode_metrics(
         [e for part in dist.all_gather([t.episode for t in trajs]) for e in part]
     )
-    return {
+    # each valid episode's success by task: tasks repeat when episodes outnumber the
+    # split's tasks, so intervals must count tasks, not episodes
+    per_task: dict[str, list[int]] = {}
+    outcomes = [(t.job.task_id, t.episode.success) for t in trajs if t.episode.valid]
+    for part in dist.all_gather(outcomes):
+        for task, success in part:
+            per_task.setdefault(str(task), []).append(int(success))
+    result = {
         "split": split,
         "episodes": metrics["episodes"],
         "valid_episodes": metrics["valid"],
@@ -137,7 +144,26 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
         "temperature": temperature,
         "policy_version": trainer.version,
         "wall_s": time.perf_counter() - start,
+        "tasks": len(per_task),
+        "per_task": per_task,
     }
+    log.info(
+        "evaluation on %s: success %.3f over %d episodes (policy version %d)",
+        split,
+        result["success"],
+        result["valid_episodes"],
+        trainer.version,
+    )
+    return result
+
+
+def _evaluate_phase(trainer: Trainer, summary: dict[str, Any], key: str) -> None:
+    """``summary[key]``: the evaluation at the configured temperature; with
+    ``--eval-greedy-too`` and a temperature above 0, ``summary[key + "_greedy"]`` too."""
+    cfg = trainer.cfg.eval
+    summary[key] = evaluate(trainer, cfg.split, cfg.episodes, cfg.temperature)
+    if cfg.greedy_too and cfg.temperature > 0:
+        summary[f"{key}_greedy"] = evaluate(trainer, cfg.split, cfg.episodes, 0.0)
 
 
 # -- checkpoints ----------------------------------------------------------------------------
@@ -277,9 +303,7 @@ def train(
             summary["resumed_from"] = str(resumed)
         start = time.perf_counter()
         if config.eval.episodes and resumed is None and config.sft.steps > 0:
-            summary["eval_initial"] = evaluate(
-                trainer, config.eval.split, config.eval.episodes, config.eval.temperature
-            )
+            _evaluate_phase(trainer, summary, "eval_initial")
         if resumed is None and config.sft.steps > 0:
             sft_start = time.perf_counter()
             history = sft(trainer, config.sft.steps, config.sft.episodes, config.sft.lr)
@@ -288,9 +312,7 @@ def train(
         if resumed is None:
             trainer.set_reference()  # KL anchors RL to the SFT-warmed policy
         if config.eval.episodes and resumed is None:
-            summary["eval_before"] = evaluate(
-                trainer, config.eval.split, config.eval.episodes, config.eval.temperature
-            )
+            _evaluate_phase(trainer, summary, "eval_before")
         if trainer.algorithm.rl:
             rl_start = time.perf_counter()
             while trainer.step < config.run.steps:
@@ -307,9 +329,7 @@ def train(
                     save_checkpoint(trainer)
             summary["rl_seconds"] = time.perf_counter() - rl_start
         if config.eval.episodes:
-            summary["eval_after"] = evaluate(
-                trainer, config.eval.split, config.eval.episodes, config.eval.temperature
-            )
+            _evaluate_phase(trainer, summary, "eval_after")
         summary["replica_checksums"] = check_replicas(trainer)
         summary["train_seconds"] = time.perf_counter() - start
         summary["steps"] = trainer.step

@@ -1,0 +1,421 @@
+"""The CPU learning proof: a weak SFT warm start, then RL, on held-out tasks.
+
+``python -m trainers.learn`` (``make learn``) runs each committed :class:`Recipe` for
+GRPO, RLOO and PPO from the same small model and the same SFT warm start, and writes
+``docs/results/cpu/<recipe>/``:
+
+* ``summary.json``: for each algorithm and phase (``before_sft``, ``after_sft``,
+  ``after_rl``) the held-out success, its 95% Wilson interval, ``n``, the split and the
+  wall time; the gain of RL over the SFT start and whether the two intervals overlap;
+  the recipe and the exact commands that produced it;
+* ``metrics.jsonl``: every logged row of every run, with its ``algo``;
+* ``curves.png``: training success and return of the three algorithms on one plot,
+  and the held-out success of each phase with its interval.
+
+Every run is deterministic on CPU: fixed model initialisation, task sampling, env and
+sampling seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.metrics import wilson_interval
+from trainers.config import TrainConfig
+from trainers.run import train
+from trainers.runlog import read_metrics
+
+log = logging.getLogger(__name__)
+
+PHASES = {"before_sft": "eval_initial", "after_sft": "eval_before", "after_rl": "eval_after"}
+RESULTS = Path("docs/results/cpu")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A small Llama built from scratch (seeded init).
+
+    ``vocab_size`` 0 keeps the SmolLM2 tokenizer; otherwise the model gets a byte-level
+    BPE vocabulary of that size fitted to the recipe env's oracle chats
+    (:func:`trainers.vocab.fit_tokenizer`).
+    """
+
+    vocab_size: int = 0
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One learning proof: an env, a model shape, an SFT warm start and RL settings.
+
+    ``train`` holds the :class:`~trainers.config.TrainConfig` fields shared by every
+    algorithm (SFT, RL, evaluation); ``per_algo`` the few that differ.
+    """
+
+    name: str
+    model: ModelShape
+    train: dict[str, Any]
+    per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
+    algos: tuple[str, ...] = ("grpo", "rloo", "ppo")
+    primary: str = "grpo"
+    why: str = ""
+
+    def config(self, algo: str, model: str, run_dir: Path, **overrides: Any) -> TrainConfig:
+        fields = {**self.train, **self.per_algo.get(algo, {}), **overrides}
+        return TrainConfig.from_flat(algo=algo, model=model, run_dir=str(run_dir), **fields)
+
+
+def build_model(recipe: Recipe, folder: Path) -> Path:
+    """Write the recipe's randomly initialised model (and tokenizer) to ``folder``, once
+    (concurrent calls wait for the first)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(folder.parent / ".model.lock"):
+        if not (folder / "config.json").is_file():
+            _write_model(recipe, folder)
+    return folder
+
+
+def _write_model(recipe: Recipe, folder: Path) -> None:
+    from agentgym_envs.llm.models import load_tokenizer, tiny_llama
+    from trainers.vocab import fit_tokenizer
+
+    shape = recipe.model
+    if shape.vocab_size:
+        tokenizer = fit_tokenizer(
+            recipe.train["env"],
+            env_kwargs=recipe.train.get("env_kwargs"),
+            difficulty=recipe.train.get("difficulty"),
+            vocab_size=shape.vocab_size,
+            seed=shape.seed,
+        )
+    else:
+        tokenizer = load_tokenizer("tiny")
+    model = tiny_llama(
+        tokenizer,
+        seed=shape.seed,
+        hidden_size=shape.hidden_size,
+        num_layers=shape.num_layers,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        intermediate_size=shape.intermediate_size,
+    )
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    tmp.rename(folder)
+
+
+def task_interval(
+    per_task: dict[str, list[int]], resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the success rate, resampling *tasks*.
+
+    Episodes of one task are not independent (the held-out split may have fewer tasks
+    than episodes, and a greedy policy repeats itself exactly), so the unit of
+    resampling is the task: each resample draws tasks with replacement and averages
+    their episodes. Deterministic (fixed seed).
+    """
+    import numpy as np
+
+    if not per_task:
+        return (0.0, 1.0)
+    wins = np.array([sum(v) for v in per_task.values()], dtype=float)
+    counts = np.array([len(v) for v in per_task.values()], dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(wins), size=(resamples, len(wins)))
+    rates = wins[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    low, high = np.quantile(rates, [0.025, 0.975])
+    return float(low), float(high)
+
+
+def phase_result(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """One phase's held-out result: success, its 95% interval over tasks (a bootstrap
+    when per-task outcomes are known, else Wilson over episodes), episodes and tasks."""
+    n = int(evaluation["valid_episodes"])
+    wins = round(float(evaluation["success"]) * n)
+    per_task = evaluation.get("per_task")
+    if per_task:
+        low, high = task_interval(per_task)
+        method = "task bootstrap"
+    else:
+        low, high = wilson_interval(wins, n)
+        method = "wilson over episodes"
+    return {
+        "success": wins / n if n else 0.0,
+        "ci95": [round(low, 4), round(high, 4)],
+        "ci_method": method,
+        "n": n,
+        "tasks": int(evaluation.get("tasks", 0)),
+        "episodes": int(evaluation.get("episodes", n)),
+        "split": evaluation["split"],
+        "temperature": evaluation.get("temperature"),
+        "wall_s": round(float(evaluation.get("wall_s", 0.0)), 1),
+        "per_task": per_task or {},
+    }
+
+
+def algo_result(summary: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """Phases, the RL gain over the SFT start and whether the intervals separate."""
+    phases = {name: phase_result(summary[key]) for name, key in PHASES.items()}
+    for name, key in PHASES.items():  # the greedy twin of a sampled evaluation
+        if f"{key}_greedy" in summary:
+            phases[name]["greedy"] = phase_result(summary[f"{key}_greedy"])
+    start, end = phases["after_sft"], phases["after_rl"]
+    greedy: dict[str, Any] = {}
+    if "greedy" in start and "greedy" in end:
+        g0, g1 = start["greedy"], end["greedy"]
+        greedy = {
+            "rl_gain_greedy": round(g1["success"] - g0["success"], 4),
+            "intervals_separate_greedy": g1["ci95"][0] > g0["ci95"][1],
+        }
+    return {
+        **phases,
+        "rl_gain": round(end["success"] - start["success"], 4),
+        "intervals_separate": end["ci95"][0] > start["ci95"][1],
+        **greedy,
+        "sft_seconds": round(float(summary.get("sft_seconds", 0.0)), 1),
+        "rl_seconds": round(float(summary.get("rl_seconds", 0.0)), 1),
+        "rl_steps": int(summary.get("steps", 0)),
+        "wall_s": round(wall_s, 1),
+    }
+
+
+def run_recipe(
+    recipe: Recipe,
+    out: Path,
+    work: Path,
+    algos: Sequence[str] | None = None,
+    command: str = "",
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Run ``recipe`` for each algorithm and write summary, metrics and curves to ``out``."""
+    chosen = tuple(algos or recipe.algos)
+    unknown = [a for a in chosen if a not in recipe.algos]
+    if unknown:
+        raise ConfigError(f"recipe {recipe.name!r} has no algorithm {unknown}; use {recipe.algos}")
+    config = {**dataclasses.asdict(recipe), "overrides": overrides}
+    model = str(build_model(recipe, work / "model0"))
+    results: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for algo in chosen:
+        run_dir = work / algo
+        shutil.rmtree(run_dir, ignore_errors=True)  # a rerun must not append to old rows
+        start = time.perf_counter()
+        summary = train(recipe.config(algo, model, run_dir, **overrides))
+        results[algo] = algo_result(summary, time.perf_counter() - start)
+        rows += [{"algo": algo, **row} for row in read_metrics(run_dir / "metrics.jsonl")]
+        log.info("%s %s: %s", recipe.name, algo, json.dumps(results[algo]))
+    # algorithms run by other calls of the same recipe and config are kept (read when
+    # this call ends), so the three can run in separate or concurrent calls
+    out.mkdir(parents=True, exist_ok=True)
+    with _locked(work / ".results.lock"):  # concurrent calls merge in turn
+        results, rows, commands = _merge(out, config, results, rows)
+        results = {a: results[a] for a in recipe.algos if a in results}
+        primary = recipe.primary if recipe.primary in results else next(iter(results))
+        report = {
+            "recipe": recipe.name,
+            "commands": [*commands, command],
+            "primary": primary,
+            **{k: results[primary][k] for k in PHASES},
+            "algos": results,
+            "config": config,
+        }
+        (out / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+        with (out / "metrics.jsonl").open("w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        plot(report, rows, out / "curves.png")
+        (out / "README.md").write_text(markdown(report, recipe.why))
+    return report
+
+
+def markdown(report: dict[str, Any], why: str = "") -> str:
+    """``README.md`` of a results folder, generated from its summary (never typed)."""
+
+    def cell(phase: dict[str, Any]) -> str:
+        low, high = phase["ci95"]
+        return f"{phase['success']:.3f} [{low:.3f}, {high:.3f}]"
+
+    temperature = report["config"]["train"].get("eval_temperature", 0.0)
+    lines = [
+        f"# {report['recipe']}: SFT warm start, then RL, on CPU",
+        "",
+        "Generated by `trainers.learn` from `summary.json`; produced by:",
+        "",
+        *[f"    {c}" for c in report.get("commands", [])],
+        "",
+        f"Held-out success on `{report['after_rl']['split']}` "
+        f"({report['after_rl']['n']} episodes over {report['after_rl'].get('tasks', '?')} "
+        f"tasks per phase), sampled at temperature {temperature}, with a 95% interval "
+        f"({report['after_rl'].get('ci_method', 'wilson')}); greedy decoding of the same "
+        "policies in the last columns.",
+        "",
+        "| algo | before SFT | after SFT | after RL | RL gain | intervals apart "
+        "| greedy after SFT | greedy after RL | greedy gain | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for algo, res in report["algos"].items():
+        greedy = [
+            cell(res[p]["greedy"]) if "greedy" in res[p] else "-" for p in ("after_sft", "after_rl")
+        ]
+        lines.append(
+            f"| {algo} | {cell(res['before_sft'])} | {cell(res['after_sft'])} "
+            f"| {cell(res['after_rl'])} | {res['rl_gain']:+.3f} "
+            f"| {'yes' if res['intervals_separate'] else 'no'} | {greedy[0]} | {greedy[1]} "
+            f"| {res.get('rl_gain_greedy', float('nan')):+.3f} | {res['wall_s']:.0f} |"
+        )
+    lines += ["", "![curves](curves.png)", ""]
+    if why:
+        lines += ["## Why this recipe", "", why, ""]
+    return "\n".join(lines)
+
+
+def _merge(
+    out: Path, config: dict[str, Any], results: dict[str, Any], rows: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """This call's results and rows joined with those of other algorithms already in
+    ``out`` for the same recipe and config (replaced if the config differs)."""
+    path = out / "summary.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    if _settings(old.get("config", {})) != _settings(json.loads(json.dumps(config))):
+        old = {}
+    keep = {a: r for a, r in old.get("algos", {}).items() if a not in results}
+    kept_rows = [r for r in read_metrics(out / "metrics.jsonl") if r.get("algo") in keep]
+    merged = {**keep, **results}
+    commands = old.get("commands") or ([old["command"]] if old.get("command") else [])
+    return merged, kept_rows + rows, list(commands)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What decides a run's numbers: the config without its explanation text."""
+    return {k: v for k, v in config.items() if k != "why"}
+
+
+def _smooth(values: Sequence[float], window: int) -> list[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Training curves of every algorithm on one figure, and the held-out phases."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(15, 4.2))
+    FigureCanvasAgg(fig)
+    train_ax, return_ax, eval_ax = fig.subplots(1, 3)
+    algos = list(report["algos"])
+    for algo in algos:
+        rl = [r for r in rows if r["algo"] == algo and r.get("phase") == "rl"]
+        steps = [r["step"] for r in rl]
+        train_ax.plot(steps, _smooth([r["success"] for r in rl], 5), label=algo)
+        return_ax.plot(steps, _smooth([r["reward"] for r in rl], 5), label=algo)
+    train_ax.set(title="training success (rolling mean of 5 steps)", xlabel="RL step")
+    return_ax.set(title="training return (rolling mean of 5 steps)", xlabel="RL step")
+    width = 0.8 / max(len(algos), 1)
+    for i, algo in enumerate(algos):
+        res = report["algos"][algo]
+        xs = [j + (i - (len(algos) - 1) / 2) * width for j in range(len(PHASES))]
+        ys = [res[p]["success"] for p in PHASES]
+        err = [
+            [y - res[p]["ci95"][0] for p, y in zip(PHASES, ys, strict=True)],
+            [res[p]["ci95"][1] - y for p, y in zip(PHASES, ys, strict=True)],
+        ]
+        eval_ax.bar(xs, ys, width, yerr=err, capsize=3, label=algo)
+    n = report["algos"][algos[0]]["after_rl"]["n"] if algos else 0
+    eval_ax.set_xticks(range(len(PHASES)), list(PHASES))
+    eval_ax.set(title=f"held-out success, 95% Wilson interval (n={n})", ylim=(0, 1))
+    for ax in (train_ax, return_ax, eval_ax):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{report['recipe']}: SFT warm start, then RL (CPU)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from trainers.recipes import RECIPES
+
+    parser = argparse.ArgumentParser(prog="python -m trainers.learn", description=__doc__)
+    parser.add_argument("recipes", nargs="*", default=list(RECIPES), help="recipe names")
+    parser.add_argument("--algos", nargs="+", help="algorithms (default: the recipe's)")
+    parser.add_argument("--out", default=str(RESULTS), help="results folder")
+    parser.add_argument("--work", default="runs/learn", help="run folders")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="FIELD=JSON",
+        help="override recipe fields, e.g. --set steps=10 lr=2e-3 (results then say so)",
+    )
+    args = parser.parse_args(argv)
+    overrides = dict(_override(item) for item in args.set)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    import torch
+
+    # one thread per process, as the committed results were made (float sums, and so the
+    # sampled tokens, depend on the thread count; two threads on a shared 2-core box are
+    # also slower)
+    torch.set_num_threads(1)
+    command = shlex.join(["python", "-m", "trainers.learn", *(argv or sys.argv[1:])])
+    for name in args.recipes:
+        if name not in RECIPES:
+            raise ConfigError(f"unknown recipe {name!r}; use one of {sorted(RECIPES)}")
+        recipe = RECIPES[name]
+        run_recipe(
+            recipe,
+            Path(args.out) / name,
+            Path(args.work) / name,
+            args.algos,
+            command=command,
+            **overrides,
+        )
+    return 0
+
+
+def _override(item: str) -> tuple[str, Any]:
+    name, sep, text = item.partition("=")
+    if not sep:
+        raise ConfigError(f"--set takes FIELD=JSON, got {item!r} (e.g. --set steps=10)")
+    try:
+        return name.replace("-", "_"), json.loads(text)
+    except json.JSONDecodeError:
+        return name.replace("-", "_"), text
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
