@@ -104,7 +104,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     console.print(f"[bold]{entry.id}[/] task {info['task']['id']} (seed {info['seeds']['env']})")
     console.print(info["system"], style="dim")
     console.print(_PLAY_HELP, style="cyan")
-    history: list[Any] = []
+    history: list[tuple[Any, float]] = []  # (state before a step, the return before it)
     total = 0.0
     try:
         while True:
@@ -123,12 +123,14 @@ def cmd_play(args: argparse.Namespace) -> int:
                 continue
             if action.strip() == ":undo":
                 if history:
-                    inner.set_state(history.pop())  # type: ignore[attr-defined]
+                    state, total = history.pop()  # the undone step's reward leaves the return
+                    inner.set_state(state)  # type: ignore[attr-defined]
                     obs = inner.render_view()  # type: ignore[attr-defined]
+                    console.print(f"step undone (return {total:+.3f})", style="magenta")
                 else:
                     console.print("nothing to undo", style="yellow")
                 continue
-            history.append(inner.get_state())  # type: ignore[attr-defined]
+            history.append((inner.get_state(), total))  # type: ignore[attr-defined]
             obs, reward, terminated, truncated, info = env.step(action)
             total += float(reward)
             line = f"reward {reward:+.3f} (return {total:+.3f})"
@@ -168,6 +170,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from agentgym_envs.eval.metrics import shown
     from agentgym_envs.eval.runner import run_episodes, run_summary
 
     results = []
@@ -220,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{s['success_rate']:.2f} [{lo:.2f}, {hi:.2f}]",
             stages,
             f"{s['mean_steps']:.1f}",
-            f"{s['mean_return']:+.3f}",
+            shown(s["mean_return"], "+.3f"),  # a tiny negative return is no "-0.000"
             f"{s['mean_cost']:.1f}",
             "-" if per_success is None else f"{per_success:.1f}",
             f"{s['safety_stop_rate']:.2f}",
@@ -452,9 +455,24 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 # -- parser ----------------------------------------------------------------------------
 
 
+def _version() -> str:
+    """The installed package's version (``pip show agentgym-envs``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agentgym-envs")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from agentgym_envs import __version__
+
+        return f"{__version__} (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym", description="Gymnasium environments for multi-turn LLM agent RL."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -464,18 +482,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("play", help="play an env yourself in the terminal")
     p.add_argument("env", help="env id or name, e.g. Sokoban")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--split", choices=("train", "test", "ood"))
-    p.add_argument("--difficulty")
-    p.add_argument("--task-id")
+    p.add_argument("--seed", type=int, default=None, help="reset seed (default: random)")
+    p.add_argument(
+        "--split", choices=("train", "test", "ood"), help="draw the task from this split"
+    )
+    p.add_argument("--difficulty", help="draw the task from this difficulty, e.g. easy")
+    p.add_argument("--task-id", help="play this task (`agentgym list` shows the task sets)")
     p.set_defaults(func=cmd_play)
 
     p = sub.add_parser("run", help="run reference policies and report success")
     p.add_argument("env", nargs="+", help="env ids or names, or 'all'")
-    p.add_argument("--policy", nargs="+", default=["oracle"], choices=("oracle", "random", "noop"))
-    p.add_argument("--episodes", type=int, default=50)
-    p.add_argument("--split", default="test", choices=("train", "test", "ood"))
-    p.add_argument("--difficulty")
+    p.add_argument(
+        "--policy",
+        nargs="+",
+        default=["oracle"],
+        choices=("oracle", "random", "noop"),
+        help="reference policies to run (default: oracle)",
+    )
+    p.add_argument(
+        "--episodes", type=int, default=50, help="episodes per env and policy (default: 50)"
+    )
+    p.add_argument(
+        "--split",
+        default="test",
+        choices=("train", "test", "ood"),
+        help="task split (default: test)",
+    )
+    p.add_argument("--difficulty", help="only tasks of this difficulty (default: all)")
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
     p.add_argument("--batch", type=int, default=8, help="env slots played in lockstep")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -85,7 +85,7 @@ ENVS: tuple[EnvEntry, ...] = (
     ),
     EnvEntry(
         "Calendar",
-        "1",
+        "2",
         "agentgym_envs.business.calendar:CalendarEnv",
         "business",
         description="calendar assistant across time zones: meetings, rooms, RSVPs under a policy",

@@ -1,6 +1,8 @@
 """The agentgym command, run in-process and as a real subprocess."""
 
+import argparse
 import json
+import re
 import subprocess
 import sys
 
@@ -60,7 +62,7 @@ def test_tasks_build_writes_validated_tasks(tmp_path, capsys) -> None:
 
 
 def test_play_in_a_real_terminal_session() -> None:
-    script = 'move(direction="up")\n:undo\n:hint\nnonsense\n:quit\n'
+    script = 'move(direction="up")\n:undo\nmove(direction="up")\n:hint\nnonsense\n:quit\n'
     out = subprocess.run(
         [sys.executable, "-m", "agentgym_envs.cli", "play", "Sokoban", "--seed", "3"],
         input=script,
@@ -71,6 +73,45 @@ def test_play_in_a_real_terminal_session() -> None:
     ).stdout
     assert "Boxes on targets" in out and "error: parse_error" in out
     assert 'move(direction="' in out  # the hint
+    # :undo takes the undone step's reward out of the return: the step again pays the same
+    rewards = [line.strip() for line in out.splitlines() if "(return " in line]
+    assert "step undone (return +0.000)" in rewards[1], rewards
+    assert rewards[0].endswith(rewards[2]) and "return -0.00" in rewards[2], rewards
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"agentgym {version('agentgym-envs')}"
+
+
+def _help_of(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_train_help_shows_each_default_once(capsys) -> None:
+    text = _help_of(["train"], capsys)
+    assert "(default: grpo)" in text and "(default: all)" in text
+    assert not re.search(r"\(default: [^()]*\)\.? \(default:", text), text
+
+
+@pytest.mark.parametrize("command", ["play", "run", "eval"])
+def test_every_option_has_help_text(command) -> None:
+    from agentgym_envs.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [
+        action.dest
+        for action in sub.choices[command]._actions
+        if not action.help or action.help == argparse.SUPPRESS
+    ]
+    assert missing == []
 
 
 def test_train_is_added_through_its_entry_point(capsys) -> None:

@@ -21,8 +21,7 @@ def add_parser(sub: Any) -> None:
         "train",
         help="train an LLM policy on an env (GRPO, RLOO, REINFORCE, PPO, SFT)",
         description=TrainConfig.__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    )  # no ArgumentDefaultsHelpFormatter: add_arguments puts each default in its help
     add_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.set_defaults(func=cmd_train)

@@ -479,13 +479,16 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> N
         if hint is bool:
             extra["nargs"] = "?"
             extra["const"] = True
+        # the default is shown once: here, unless the docstring already names it (so no
+        # parser should add its own, e.g. argparse.ArgumentDefaultsHelpFormatter)
         shown = json.dumps(default) if isinstance(default, dict) else default
+        doc = docs[flat] if "(default:" in docs[flat] else f"{docs[flat]} (default: {shown})"
         sections[group].add_argument(
             "--" + flat.replace("_", "-"),
             dest=flat,
             type=kind,
             default=default,
-            help=f"{docs[flat]} (default: {shown})",
+            help=doc.replace("%", "%%"),  # argparse %-formats help text
             **extra,
         )
 

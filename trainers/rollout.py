@@ -37,7 +37,7 @@ CONTEXT_POLICIES = ("truncate", "drop", "summary")
 
 
 @dataclass(frozen=True)
-class Job:
+class RolloutJob:
     """One episode to play: a task, the env seed and its GRPO group."""
 
     task_id: str | None
@@ -74,7 +74,7 @@ class Trajectory:
     the token-level data (segments, the tail a critic bootstraps from) is the trainer's.
     """
 
-    job: Job
+    job: RolloutJob
     policy_version: int
     segments: list[Segment] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
@@ -123,7 +123,7 @@ class Trajectory:
 
 
 @dataclass(frozen=True)
-class _Turn:
+class _TokenTurn:
     action: list[int]
     content: str
     close: list[int]
@@ -138,7 +138,7 @@ class _Episode:
     fold: EpisodeFold
     system: str
     task_obs: str
-    turns: list[_Turn] = field(default_factory=list)
+    turns: list[_TokenTurn] = field(default_factory=list)
     first_turn: int = 0  # first turn kept in the current segment's history
     messages: list[Message] = field(default_factory=list)
     segment: Segment = field(default_factory=lambda: Segment([], [], []))
@@ -202,7 +202,7 @@ class RolloutRunner:
 
     def collect(
         self,
-        jobs: Sequence[Job],
+        jobs: Sequence[RolloutJob],
         policy_version: int,
         script: Callable[[gym.Env[Any, Any]], Callable[[], str]] | None = None,
     ) -> tuple[list[Trajectory], RolloutStats]:
@@ -254,7 +254,7 @@ class RolloutRunner:
 
     # -- one episode -----------------------------------------------------------------------
 
-    def _start(self, slot: int, job: Job, version: int, stats: RolloutStats) -> _Episode:
+    def _start(self, slot: int, job: RolloutJob, version: int, stats: RolloutStats) -> _Episode:
         traj = Trajectory(job=job, policy_version=version)
         traj.context = {"policy": self.context_policy, "dropped_turns": 0, "truncated": False}
         fold = EpisodeFold()
@@ -314,7 +314,7 @@ class RolloutRunner:
         ep.messages.append({"role": "assistant", "content": content})
         opened = self.chat.open(ep.messages, obs)
         ep.messages.append({"role": "user", "content": obs})
-        ep.turns.append(_Turn(sample.ids, content, close, opened, obs))
+        ep.turns.append(_TokenTurn(sample.ids, content, close, opened, obs))
         seg.extend(close + opened)
         # this turn's ids against the fresh render's part for the same turn
         fresh = self.chat.render_ids(ep.messages, True)
@@ -386,7 +386,7 @@ class RolloutRunner:
         return ids, messages
 
     @staticmethod
-    def _summary(turns: Sequence[_Turn]) -> str:
+    def _summary(turns: Sequence[_TokenTurn]) -> str:
         shown = turns[-8:]
         first = len(turns) - len(shown) + 1
         lines = [f"[context] turns 1-{len(turns)} were removed to fit the context window."]
@@ -444,7 +444,7 @@ def records(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
 
 __all__ = [
     "CONTEXT_POLICIES",
-    "Job",
+    "RolloutJob",
     "RolloutRunner",
     "RolloutStats",
     "Segment",

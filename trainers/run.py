@@ -22,7 +22,7 @@ from trainers import distributed as dist
 from trainers.algorithms.sft import SFT
 from trainers.batch import TrainSeq, agent_forward, collate
 from trainers.config import TrainConfig
-from trainers.rollout import Job, Trajectory
+from trainers.rollout import RolloutJob, Trajectory
 from trainers.runlog import read_metrics
 from trainers.trainer import Trainer, _chunks, env_seed, task_ids
 
@@ -40,7 +40,9 @@ def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
     cfg = trainer.cfg
     share = range(trainer.rank, episodes, trainer.world)
     tasks = trainer.tasks
-    jobs = [Job(tasks[i % len(tasks)], env_seed(cfg.data.seed, 0, i, "sft"), i) for i in share]
+    jobs = [
+        RolloutJob(tasks[i % len(tasks)], env_seed(cfg.data.seed, 0, i, "sft"), i) for i in share
+    ]
 
     def oracle(env: Any) -> Callable[[], str]:
         act: Callable[[], str] = env.unwrapped.oracle().act
@@ -107,7 +109,9 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
     cfg = trainer.cfg
     pool = task_ids(trainer.runner.envs[0], split, cfg.data.difficulty)
     share = range(trainer.rank, episodes, trainer.world)
-    jobs = [Job(pool[i % len(pool)], env_seed(cfg.data.seed, 0, i, "eval"), i) for i in share]
+    jobs = [
+        RolloutJob(pool[i % len(pool)], env_seed(cfg.data.seed, 0, i, "eval"), i) for i in share
+    ]
     main = trainer.runner.sampler
     evaluator = Sampler(
         trainer.lm,

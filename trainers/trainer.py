@@ -49,7 +49,7 @@ from trainers.curriculum import CurriculumSampler
 from trainers.envs import register as register_fixtures
 from trainers.model import ValueHead
 from trainers.records import stored_episode
-from trainers.rollout import Job, RolloutRunner, Trajectory
+from trainers.rollout import RolloutJob, RolloutRunner, Trajectory
 from trainers.runlog import RunLogger
 
 log = logging.getLogger(__name__)
@@ -228,14 +228,14 @@ class Trainer:
 
     # -- one RL step -----------------------------------------------------------------------
 
-    def jobs(self) -> list[Job]:
+    def jobs(self) -> list[RolloutJob]:
         """This process's share of the step's groups (same draw on every process)."""
         cfg = self.cfg
         tasks = self.curriculum.sample(cfg.rollout.tasks_per_step * self.world)
         out = []
         for group in range(self.rank, len(tasks), self.world):
             seed = env_seed(cfg.data.seed, self.step, group)
-            out += [Job(tasks[group], seed, group)] * cfg.rollout.group_size
+            out += [RolloutJob(tasks[group], seed, group)] * cfg.rollout.group_size
         return out
 
     def rl_step(self) -> dict[str, float]:

@@ -51,7 +51,13 @@ from agentgym_envs.business.db import EpisodeDB, changes_digest, pristine, world
 from agentgym_envs.business.episode import PENDING, SUCCESS, BusinessWorld, GradeState, Verdict
 from agentgym_envs.business.oracle import GoldConversationOracle
 from agentgym_envs.business.policy import Rule, RuleGate, policy_document
-from agentgym_envs.business.rules import GENERIC_GATES, GENERIC_RULES, ids_in
+from agentgym_envs.business.rules import (
+    AUTHENTICATE,
+    GENERIC_GATES,
+    GENERIC_RULES,
+    AuthenticateFirstGate,
+    ids_in,
+)
 from agentgym_envs.business.toolsets import ToolGroup, install_tool_groups, json_result
 from agentgym_envs.business.user import (
     Request,
@@ -92,6 +98,7 @@ class BusinessEnv(AgentEnv):
     policy_title: ClassVar[str] = ""
     policy_intro: ClassVar[str] = ""
     domain_rules: ClassVar[tuple[Rule, ...]] = ()
+    auth_rule: ClassVar[Rule] = AUTHENTICATE  # auth-first, naming what the lookups take
     domain_gates: ClassVar[tuple[type[RuleGate], ...]] = ()
     private_tools: ClassVar[frozenset[str]] = frozenset()
     slot_synonyms: ClassVar[Mapping[str, Sequence[str]]] = {}
@@ -121,7 +128,10 @@ class BusinessEnv(AgentEnv):
         if not isinstance(world_size, int) or world_size < 10:
             raise ConfigError(f"world_size must be at least 10 users, got {world_size!r}")
         self.world_size = world_size
-        self.gates.extend(g(rule_mode) for g in (*GENERIC_GATES, *self.domain_gates))
+        self.gates.extend(
+            g(rule_mode, rule=self.auth_rule) if g is AuthenticateFirstGate else g(rule_mode)
+            for g in (*GENERIC_GATES, *self.domain_gates)
+        )
         self.db = EpisodeDB()
         self.auth_user: str | None = None
         self.seen_ids: set[str] = set()  # ids in anything the agent was shown
@@ -309,7 +319,8 @@ class BusinessEnv(AgentEnv):
         return ""
 
     def system_rules(self) -> str:
-        rules = (*GENERIC_RULES, *self.domain_rules)
+        generic = (self.auth_rule if r is AUTHENTICATE else r for r in GENERIC_RULES)
+        rules = (*generic, *self.domain_rules)
         return policy_document(self.policy_title, self.policy_intro, rules)
 
     def on_observation(self, text: str) -> None:

@@ -45,7 +45,9 @@ class RuleGate(SafetyGate["BusinessEnv"]):
     rule: Rule
     default_mode = GateMode.STOP
 
-    def __init__(self, mode: GateMode | str | None = None) -> None:
+    def __init__(self, mode: GateMode | str | None = None, *, rule: Rule | None = None) -> None:
+        if rule is not None:  # the same rule in a domain's words (see BusinessEnv.auth_rule)
+            self.rule = rule
         self.name = self.rule.id
         self.description = self.rule.text
         super().__init__(mode)

@@ -15,12 +15,24 @@ from agentgym_envs.business.policy import Rule, RuleGate
 from agentgym_envs.business.user import write_key
 from agentgym_envs.core.tools import IDEMPOTENCY_KEY, ToolCall, ToolKind
 
-AUTHENTICATE = Rule(
-    "auth-first",
-    "authenticate first",
-    "Before reading private data or changing anything, authenticate the user by finding "
-    "their user id from what they tell you (email, or name and zip code).",
-)
+
+def authenticate_rule(identified_by: str) -> Rule:
+    """The ``auth-first`` rule, saying what the domain's lookup tools find a user by.
+
+    Args:
+        identified_by: what the user can tell, e.g. ``"email, or name and zip code"``.
+    """
+    return Rule(
+        "auth-first",
+        "authenticate first",
+        "Before reading private data or changing anything, authenticate the user by finding "
+        f"their user id from what they tell you ({identified_by}).",
+    )
+
+
+AUTHENTICATE = authenticate_rule("email, or name and zip code")
+"""The default wording, Retail's (find_user_id_by_email, find_user_id_by_name_zip); a
+domain whose lookup tools take other details sets ``BusinessEnv.auth_rule``."""
 OWN_DATA = Rule(
     "own-data-only",
     "act for the authenticated user only",

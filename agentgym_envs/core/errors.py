@@ -83,13 +83,45 @@ class CallContextError(AgentGymError, RuntimeError):
 
 
 def closest(name: str, candidates: Iterable[str]) -> str | None:
-    """Return the candidate most similar to ``name``, or None if nothing is close."""
-    pool = list(candidates)
-    matches = difflib.get_close_matches(name, pool, n=1, cutoff=0.5)
-    if matches:
-        return matches[0]
-    lowered = {c.lower(): c for c in pool}
-    return lowered.get(name.lower())
+    """Return the candidate nearest to ``name``, or None if nothing is close.
+
+    A candidate is close when difflib finds it similar (ratio >= 0.5) or it differs from
+    ``name`` only in case. Of the close ones, the one fewest edits away (insertions,
+    deletions, substitutions, swaps of neighbours; case ignored) wins, the most similar
+    on a tie: difflib's own pick alone can be far (``frozenlake-easy-test-1000047`` for
+    ``frozenlake-easy-test-1000071`` where ``frozenlake-easy-test-1000001`` is one edit
+    away), since many ids share most of their characters.
+    """
+    pool = list(dict.fromkeys(candidates))
+    lowered = name.lower()
+    same_case = [c for c in pool if c.lower() == lowered]
+    similar = difflib.get_close_matches(name, pool, n=max(1, len(pool)), cutoff=0.5)
+    best, best_edits = None, len(lowered) + max((len(c) for c in pool), default=0) + 1
+    for candidate in same_case + similar:  # most similar first: it wins ties
+        edits = _edits(lowered, candidate.lower(), best_edits - 1)
+        if edits < best_edits:
+            best, best_edits = candidate, edits
+    return best
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """The optimal-string-alignment distance between ``a`` and ``b`` (a swap of
+    neighbours is one edit), or ``limit + 1`` once it must exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    before: list[int] = []
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        prev, row = row, [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], before[j - 2] + 1)
+        if min(row) > limit:
+            return limit + 1
+        before = prev
+    return row[-1]
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentgym_envs.console import progress_bar
+from agentgym_envs.eval.metrics import shown
 
 LLM_OPTIONS = ("temperature", "top_p", "max_new_tokens", "device", "max_context", "tool_mode")
 
@@ -44,13 +45,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-store", action="store_true", help="do not record trajectories")
     p.add_argument("--replay", metavar="REPORT", help="re-run the episodes of a report.json")
     p.add_argument("--json", action="store_true", help="print the report JSON")
-    g = p.add_argument_group("LLM policy options")
-    g.add_argument("--temperature", type=float)
-    g.add_argument("--top-p", type=float)
-    g.add_argument("--max-new-tokens", type=int)
-    g.add_argument("--max-context", type=int)
-    g.add_argument("--device", help="auto, cpu, cuda, cuda:1 ...")
-    g.add_argument("--tool-mode", choices=("native", "text"), help="OpenAI endpoints")
+    g = p.add_argument_group(
+        "LLM policy options", "for hf: and openai: policies; unset means the policy's own default"
+    )
+    g.add_argument("--temperature", type=float, help="sampling temperature (0: greedy)")
+    g.add_argument("--top-p", type=float, help="nucleus sampling: keep this probability mass")
+    g.add_argument("--max-new-tokens", type=int, help="the longest action in tokens")
+    g.add_argument(
+        "--max-context",
+        type=int,
+        help="context budget in tokens: older turns are dropped beyond it (openai: "
+        "estimates 4 characters per token)",
+    )
+    g.add_argument("--device", help="where an hf: model runs: auto, cpu, cuda, cuda:1 ...")
+    g.add_argument(
+        "--tool-mode",
+        choices=("native", "text"),
+        help="openai: policies: tools passed natively (the API's tools field) or described "
+        "in the prompt as text",
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -120,12 +133,12 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
 
 
 def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return "-" if value is None else shown(value, ".2f")
 
 
 def _ks(metrics: dict[str, Any], key: str) -> str:
     values = metrics.get(key) or {}
-    return " ".join(f"{k}:{v:.2f}" for k, v in values.items()) or "-"
+    return " ".join(f"{k}:{shown(v, '.2f')}" for k, v in values.items()) or "-"
 
 
 def print_tables(report: dict[str, Any], console: Console) -> None:
@@ -164,15 +177,15 @@ def _cells(m: dict[str, Any]) -> list[str]:
     lo, hi = m["success_ci"]
     cps = m["cost_per_success"]
     return [
-        f"{m['success_rate']:.2f} [{lo:.2f}, {hi:.2f}] n={m['valid']}",
+        f"{_rate(m['success_rate'])} [{_rate(lo)}, {_rate(hi)}] n={m['valid']}",
         _ks(m, "pass_at_k"),
         _ks(m, "pass_hat_k"),
-        f"{m['mean_steps']:.1f}",
-        f"{m['mean_tool_calls']:.1f}",
-        f"{m['mean_tokens_in']:.0f}/{m['mean_tokens_out']:.0f}",
-        "-" if cps is None else f"{cps:.2f}",
+        shown(m["mean_steps"], ".1f"),
+        shown(m["mean_tool_calls"], ".1f"),
+        f"{shown(m['mean_tokens_in'], '.0f')}/{shown(m['mean_tokens_out'], '.0f')}",
+        _rate(cps),
         _rate(m["violation_rate"]),
-        f"{m['env_errors']} ({m['env_error_rate']:.2f})",
+        f"{m['env_errors']} ({_rate(m['env_error_rate'])})",
         f"{_rate(m['recovery_rate'])} / {_rate(m.get('attack_success_rate'))}",
-        f"{m['wall_s']:.1f}",
+        shown(m["wall_s"], ".1f"),
     ]

@@ -204,3 +204,35 @@ def _counts(items: Any) -> dict[str, int]:
     for item in items:
         out[item] = out.get(item, 0) + 1
     return out
+
+
+# -- display ------------------------------------------------------------------------------
+
+
+def shown(value: float, spec: str) -> str:
+    """``value`` formatted by ``spec`` for a table, never as a negative zero.
+
+    Reports keep the exact figures; only their display is rounded, and a figure that
+    rounds to zero (``-0.0``, ``-1e-17``) shows as ``0.0`` (``+0.0`` with a ``+`` spec).
+
+    Example:
+        >>> shown(-1e-17, ".1f"), shown(3.4000000000000004, ".4g"), shown(-0.0, "+.3f")
+        ('0.0', '3.4', '+0.000')
+    """
+    text = format(value, spec)
+    mantissa = re.split(r"[eE]", text)[0]
+    if "-" in mantissa and not any(c in "123456789" for c in mantissa):
+        text = text.replace("-", "+" if "+" in spec else "", 1)
+    return text
+
+
+def tidy(value: Any, digits: int = 12) -> Any:
+    """``value`` (JSON-like data) with each float rounded to ``digits`` significant digits
+    and negative zeros made 0.0, for display: ``3.4000000000000004`` shows as ``3.4``."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") + 0.0 if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {k: tidy(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [tidy(v, digits) for v in value]
+    return value

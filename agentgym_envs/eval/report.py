@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.metrics import shown, tidy
 from agentgym_envs.eval.plots import (
     cost_axis,
     entry_ids,
@@ -53,20 +54,20 @@ Column = tuple[str, Callable[[Mapping[str, Any]], str]]
 
 def _pct(value: Any) -> str:
     v = num(value)
-    return "-" if v is None else f"{100 * v:.1f}%"
+    return "-" if v is None else f"{shown(100 * v, '.1f')}%"
 
 
 def _fixed(digits: int) -> Callable[[Any], str]:
     def fmt(value: Any) -> str:
         v = num(value)
-        return "-" if v is None else f"{v:,.{digits}f}"
+        return "-" if v is None else shown(v, f",.{digits}f")
 
     return fmt
 
 
 def _cost(value: Any) -> str:
     v = num(value)
-    return "-" if v is None else f"{v:.4g}"
+    return "-" if v is None else shown(v, ".4g")
 
 
 def _ci(m: Mapping[str, Any]) -> str:
@@ -74,7 +75,9 @@ def _ci(m: Mapping[str, Any]) -> str:
     if not isinstance(ci, Sequence) or isinstance(ci, str) or len(ci) != 2:
         return "-"
     lo, hi = num(ci[0]), num(ci[1])
-    return "-" if lo is None or hi is None else f"[{100 * lo:.1f}, {100 * hi:.1f}]"
+    return (
+        "-" if lo is None or hi is None else f"[{shown(100 * lo, '.1f')}, {shown(100 * hi, '.1f')}]"
+    )
 
 
 def _success(m: Mapping[str, Any]) -> str:
@@ -86,7 +89,7 @@ def _episodes(m: Mapping[str, Any]) -> str:
     valid, total = num(m.get("valid")), num(m.get("episodes"))
     if valid is None or total is None:
         return _fixed(0)(m.get("episodes"))
-    return f"{valid:.0f}/{total:.0f}"
+    return f"{shown(valid, '.0f')}/{shown(total, '.0f')}"
 
 
 def _stages(m: Mapping[str, Any]) -> str:
@@ -104,7 +107,9 @@ def _outcomes(m: Mapping[str, Any]) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    """``value`` as JSON for display: floats lose their binary noise (``3.4`` rather than
+    ``3.4000000000000004``); the report's JSON file keeps them exact."""
+    return json.dumps(tidy(value), sort_keys=True, default=str, ensure_ascii=False)
 
 
 # -- table model (shared by markdown and HTML) -----------------------------------------
@@ -347,9 +352,9 @@ def _header(report: Mapping[str, Any]) -> str:
         f"<dt>{_e(pid)}</dt><dd><pre>{_e(spec)}</pre></dd>" for pid, spec in _policy_specs(report)
     )
     spec = suite.get("spec")
+    shown_spec = json.dumps(tidy(spec), indent=2, default=str)
     details = (
-        f"<details><summary>suite spec</summary><pre>{_e(json.dumps(spec, indent=2, default=str))}"
-        "</pre></details>"
+        f"<details><summary>suite spec</summary><pre>{_e(shown_spec)}</pre></details>"
         if spec is not None
         else ""
     )

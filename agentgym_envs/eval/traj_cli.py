@@ -34,7 +34,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("traj", help="list, show and export episodes of a trajectory store")
     tsub = p.add_subparsers(dest="traj_command", required=True)
 
-    ls = tsub.add_parser("ls", help="list stored episodes (newest last)")
+    ls = tsub.add_parser(
+        "ls", help="list stored episodes (newest last; identical episodes are stored once)"
+    )
     ls.add_argument("store", help="trajectory store file (.sqlite)")
     _add_filters(ls)
     ls.add_argument("--limit", type=int, default=50, help="show the newest N (0: all)")
@@ -98,7 +100,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table(title=f"{args.store}: {len(rows)} of {total} episodes")
+    # the store keeps one copy of identical episodes (StoredEpisode.dedup_key): say so, or
+    # a run of 10 recorded episodes that lists 6 looks like lost data
+    table = Table(
+        title=f"{args.store}: {len(rows)} of {total} distinct episodes",
+        caption="identical episodes (same env, task, actions and states) are stored once",
+    )
     for col in ("id", "env", "task", "policy", "outcome", "steps", "return", "time"):
         table.add_column(col, justify="right" if col in ("id", "steps", "return") else "left")
     for r in rows:

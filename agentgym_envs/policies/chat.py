@@ -229,7 +229,7 @@ def example_action(system: str, tools: Sequence[Mapping[str, Any]]) -> str | Non
 
 
 @dataclass
-class Turn:
+class HistoryTurn:
     """One step: the action sent to the env and the observation that came back."""
 
     action: str
@@ -247,7 +247,7 @@ class Conversation:
     episode_seed: int
     example: str | None
     tools: list[dict[str, Any]] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
+    turns: list[HistoryTurn] = field(default_factory=list)
     dropped: int = 0
     """How many of the oldest turns the last prompt left out to fit the context."""
 
@@ -263,7 +263,7 @@ class Conversation:
         return out
 
 
-def _turn_messages(turn: Turn, native: bool) -> list[Message]:
+def _turn_messages(turn: HistoryTurn, native: bool) -> list[Message]:
     if not (native and turn.tool_calls):
         out: list[Message] = [{"role": "assistant", "content": turn.action}]
         if turn.observation is not None:
@@ -322,14 +322,14 @@ class ChatHistories:
         if conv.turns and conv.turns[-1].observation is None:
             conv.turns[-1].observation = observation
         else:  # an observation with no action before it (act was skipped): keep it
-            conv.turns.append(Turn(action="", observation=observation))
+            conv.turns.append(HistoryTurn(action="", observation=observation))
         return conv
 
     def record(
         self, slot: int, action: str, tool_calls: list[dict[str, Any]] | None = None
     ) -> None:
         """Add the slot's action (the env's reply comes with the next ``observe``)."""
-        self._slots[slot].turns.append(Turn(action=action, tool_calls=tool_calls))
+        self._slots[slot].turns.append(HistoryTurn(action=action, tool_calls=tool_calls))
 
     def messages(self, slot: int, drop: int = 0) -> list[Message]:
         """The slot's messages without its ``drop`` oldest turns, in this history's mode."""

@@ -71,6 +71,27 @@ def say(message: str) -> str:
 # -- conversations --------------------------------------------------------------------
 
 
+def test_the_policy_asks_only_for_what_the_lookup_tools_take(env) -> None:
+    """Calendar-v1's auth-first rule asked for a zip code (Retail's wording) that no
+    Calendar tool takes; Calendar-v2 asks for an email or a name, as its lookups do."""
+    import gymnasium as gym
+
+    from agentgym_envs.business.rules import AUTHENTICATE
+
+    _, info = env.reset(seed=0)
+    (auth,) = [line for line in info["system"].splitlines() if "**auth-first**" in line]
+    assert "zip" not in auth and "(email, or first and last name)" in auth
+    lookups = [t["function"] for t in info["tools"] if "user_id_by" in t["function"]["name"]]
+    taken = {arg for f in lookups for arg in f["parameters"]["properties"]}
+    assert taken == {"email", "first_name", "last_name"}
+    (gate,) = [g for g in env.gates if g.name == "auth-first"]
+    assert gate.description in auth  # the gate cites the same words
+    # Retail's lookups do take a zip: its wording (and Retail-v1) stay as they were
+    assert AUTHENTICATE.text.endswith("(email, or name and zip code).")
+    assert CalendarEnv.version == "2" and "agentgym/Calendar-v2" in gym.registry
+    assert "agentgym/Calendar-v1" not in gym.registry
+
+
 def test_full_conversation_with_email(env) -> None:
     task = find(env, lambda t: not t.spec["user"]["unknown"] and intents(t) == ["schedule"])
     obs, info = env.reset(seed=0, options={"task_id": task.id})

@@ -42,6 +42,32 @@ def test_lookups_suggest_the_closest_name() -> None:
         tasks.pool("trian")
 
 
+def test_the_suggested_task_id_is_the_nearest() -> None:
+    """Ids share most characters, so difflib's similarity alone suggested
+    frozenlake-easy-test-1000047 for frozenlake-easy-test-1000071 (two edits away, where
+    frozenlake-easy-test-1000001 is one)."""
+    from agentgym_envs.core.errors import closest
+
+    tasks = load_task_set("games/frozenlake.jsonl")
+    ids = [t.id for t in tasks.tasks]
+    assert {"frozenlake-easy-test-1000001", "frozenlake-easy-test-1000047"} <= set(ids)
+    with pytest.raises(TaskNotFoundError, match="Did you mean") as raised:
+        tasks.get("frozenlake-easy-test-1000071")
+    suggested = str(raised.value).split("Did you mean '")[1].split("'")[0]
+    # one digit off (1000001, 1000011, ... 1000041 all are), not 1000047
+    assert suggested[:-2] == "frozenlake-easy-test-10000" and suggested[-1] == "1", suggested
+    for typo, meant in [
+        ("frozenlake-easy-tset-1000017", "frozenlake-easy-test-1000017"),  # swapped letters
+        ("frozenlake-easy-test-100017", "frozenlake-easy-test-1000017"),  # a digit left out
+        ("FrozenLake-Easy-Test-1000017", "frozenlake-easy-test-1000017"),  # case
+        ("frozenlake-easy-trian-17", "frozenlake-easy-train-17"),
+    ]:
+        assert closest(typo, ids) == meant, typo
+    near, far = "frozenlake-easy-test-1000001", "frozenlake-easy-test-1000047"
+    assert closest("frozenlake-easy-test-1000071", [far, near]) == near
+    assert closest("zzz", ids) is None and closest("x", []) is None
+
+
 def test_generators_do_not_depend_on_string_hashing() -> None:
     """Set iteration order changes with PYTHONHASHSEED; generators must not follow it."""
     import subprocess

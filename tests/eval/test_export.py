@@ -194,7 +194,8 @@ def test_traj_ls_lists_and_filters(played: Path, capsys: pytest.CaptureFixture[s
     assert len(oracle) == TASKS and all(r["outcome"] == "success" for r in oracle)
     assert main(["traj", "ls", str(played), "--limit", "2"]) == 0
     out = capsys.readouterr().out
-    assert f"2 of {len(rows)} episodes" in out  # the newest two: the broken ones
+    assert f"2 of {len(rows)} distinct episodes" in out  # the newest two: the broken ones
+    assert "identical episodes (same env, task, actions and states) are stored once" in out
     assert "broken" in out and "oracle" not in out and "noop" not in out
     assert main(["traj", "ls", str(played.parent / "missing.sqlite")]) == 2
     assert "no trajectory store" in capsys.readouterr().out

@@ -272,6 +272,33 @@ def test_minimal_report_renders(report: dict[str, Any]) -> None:
     assert "| frozenlake" not in markdown_table(small)
 
 
+NEGATIVE_ZERO = re.compile(r"(?<![\w.])-0(\.0*)?(?!\.?\d)")
+
+
+def test_figures_show_without_float_noise(report: dict[str, Any]) -> None:
+    """Displayed figures are rounded (the report keeps them exact): no 0.30000000000000004,
+    no -0.0, in the markdown, the HTML header and the `agentgym eval` tables."""
+    import io
+
+    from rich.console import Console
+
+    from agentgym_envs.eval.cli_eval import print_tables
+
+    noisy = copy.deepcopy(report)
+    noisy["config"]["temperature"] = 0.1 + 0.2
+    noisy["policies"][1]["spec"]["top_p"] = 3.4000000000000004
+    for m in [r["metrics"] for r in noisy["results"]] + list(noisy["overall"].values()):
+        m.update(mean_steps=-1e-17, violation_rate=-0.0, wall_s=-0.0, mean_tokens_out=-0.2)
+    text = render_markdown(noisy, plot_dir=None)
+    console = Console(file=io.StringIO(), width=400)
+    print_tables(noisy, console)
+    tables = console.file.getvalue()  # type: ignore[attr-defined]
+    for shown in (text, tables):
+        assert "0000000" not in shown and not NEGATIVE_ZERO.search(shown), shown
+    assert "0.3" in text and "3.4" in text and "0.0%" in text
+    assert noisy["config"]["temperature"] == 0.1 + 0.2  # the data itself is not rounded
+
+
 def test_empty_and_bad_reports() -> None:
     empty = {"schema": "agentgym-eval/1"}
     assert "Evaluation report" in render_html(empty)

@@ -77,7 +77,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(
     "env_id",
-    ["agentgym/FrozenLake-v0", "agentgym/Dungeon-v0", "agentgym/Retail-v1", "agentgym/Calendar-v1"],
+    ["agentgym/FrozenLake-v0", "agentgym/Dungeon-v0", "agentgym/Retail-v1", "agentgym/Calendar-v2"],
 )
 def test_trl_schema_extraction_sees_the_env_tool_specs(env_id: str) -> None:
     cls = environment_class(env_id)

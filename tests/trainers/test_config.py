@@ -26,6 +26,7 @@ OLD_KEYS = [
     "split",
     "difficulty",
     "eval_split",
+    "eval_greedy_too",  # added with the CPU learning proof
     "algo",
     "model",
     "device",

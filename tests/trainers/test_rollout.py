@@ -13,7 +13,7 @@ from agentgym_envs.core.episode import Truncation
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.sampler import Sampler
-from trainers.rollout import Job, RolloutRunner
+from trainers.rollout import RolloutJob, RolloutRunner
 
 
 def oracle(env: gym.Env[Any, Any]) -> Any:
@@ -33,7 +33,7 @@ def test_oracle_episodes_tokenize_exactly_like_a_fresh_render(
 ) -> None:
     """Canonical text: the spliced ids equal the template's fresh render at every turn."""
     r = runner(tokenizer, tiny_model, max_new_tokens=32)
-    jobs = [Job(None, seed, seed) for seed in range(4)]
+    jobs = [RolloutJob(None, seed, seed) for seed in range(4)]
     trajs, _ = r.collect(jobs, 0, script=oracle)
     assert all(t.episode.success for t in trajs)
     assert sum(t.retok_mismatches for t in trajs) == 0
@@ -53,7 +53,7 @@ def test_sampled_ids_are_kept_even_when_their_text_retokenizes_differently(
     tokenizer: Any, tiny_model: Any
 ) -> None:
     r = runner(tokenizer, tiny_model)
-    trajs, stats = r.collect([Job(None, 1, 0), Job(None, 2, 1)], policy_version=7)
+    trajs, stats = r.collect([RolloutJob(None, 1, 0), RolloutJob(None, 2, 1)], policy_version=7)
     assert stats.generated_tokens == sum(s.agent_tokens for t in trajs for s in t.segments)
     for t in trajs:
         assert t.policy_version == 7
@@ -68,7 +68,7 @@ def test_context_budget_keeps_system_prompt_and_task(
     tokenizer: Any, tiny_model: Any, policy: str
 ) -> None:
     r = runner(tokenizer, tiny_model, policy=policy, max_context=900, max_new_tokens=24)
-    trajs, _ = r.collect([Job(None, 3, 0)], 0, script=oracle)
+    trajs, _ = r.collect([RolloutJob(None, 3, 0)], 0, script=oracle)
     # a fresh run of the same episode without a budget, for its task text
     traj = trajs[0]
     assert traj.context["policy"] == policy
@@ -93,7 +93,7 @@ def test_truncate_policy_ends_the_episode_and_cuts_the_suffix(
     tokenizer: Any, tiny_model: Any
 ) -> None:
     r = runner(tokenizer, tiny_model, policy="truncate", max_context=800, max_new_tokens=24)
-    trajs, _ = r.collect([Job(None, 3, 0)], 0)
+    trajs, _ = r.collect([RolloutJob(None, 3, 0)], 0)
     traj = trajs[0]
     ep = traj.episode
     assert ep.outcome is Outcome.TIMEOUT and ep.truncation is Truncation.CONTEXT_LIMIT

@@ -17,7 +17,7 @@ from agentgym_envs.core.info import Outcome
 from trainers.batch import TrainSeq, agent_forward, collate
 from trainers.config import TrainConfig
 from trainers.envs import CHARSETS
-from trainers.rollout import Job
+from trainers.rollout import RolloutJob
 from trainers.trainer import Trainer
 
 BANDIT = "agentgym-train/DigitFraction-v0"
@@ -67,7 +67,7 @@ def lake_trainer(tmp_path: Path, tokenizer: Any, request: Any) -> Trainer:
 
 def rollout(trainer: Trainer, n: int = 4, group_size: int = 2) -> list[Any]:
     jobs = [
-        Job(trainer.tasks[i // group_size], 100 + i // group_size, i // group_size)
+        RolloutJob(trainer.tasks[i // group_size], 100 + i // group_size, i // group_size)
         for i in range(n)
     ]
     trajs, _ = trainer.runner.collect(jobs, trainer.version)
@@ -209,8 +209,8 @@ def test_env_error_episodes_never_reach_the_loss(tmp_path: Path, tokenizer: Any)
 
     trainer = Trainer(make_config(tmp_path), make_env=make)
     try:
-        jobs = [Job(trainer.tasks[0], 1, 0)] * 3 + [Job(trainer.tasks[1], 2, 1)] * 3
-        jobs += [Job(trainer.tasks[2], 2, 2), Job(trainer.tasks[2], 3, 2)]
+        jobs = [RolloutJob(trainer.tasks[0], 1, 0)] * 3 + [RolloutJob(trainer.tasks[1], 2, 1)] * 3
+        jobs += [RolloutJob(trainer.tasks[2], 2, 2), RolloutJob(trainer.tasks[2], 3, 2)]
         trajs, _ = trainer.runner.collect(jobs, 0)
         assert [t.episode.valid for t in trajs] == [False] * 3 + [True] * 3 + [True, False]
         assert all(

@@ -17,7 +17,7 @@ from agentgym_envs.business.base import BusinessEnv
 from agentgym_envs.business.calendar import logic
 from agentgym_envs.business.calendar.clock import NOW, clock, iso
 from agentgym_envs.business.calendar.reads import ID_PATTERN, CalendarReadTools
-from agentgym_envs.business.calendar.rules import CALENDAR_GATES, CALENDAR_RULES
+from agentgym_envs.business.calendar.rules import AUTHENTICATE, CALENDAR_GATES, CALENDAR_RULES
 from agentgym_envs.business.calendar.tasks import generate
 from agentgym_envs.business.calendar.world import (
     FIRST_NAMES,
@@ -132,7 +132,7 @@ class CalendarEnv(BusinessEnv):
     """
 
     name = "Calendar"
-    version = "1"
+    version = "2"  # 2: the auth-first rule asks for email or name, as the tools take (no zip)
     verifier_version = "3"
     task_file = "business/calendar.jsonl"
     example_action = 'find_user_id_by_email(email="mei.chen@acme.example")'
@@ -150,6 +150,7 @@ class CalendarEnv(BusinessEnv):
         "the user you are talking to; look colleagues up afterwards the same way."
     )
     domain_rules = CALENDAR_RULES
+    auth_rule = AUTHENTICATE
     domain_gates = CALENDAR_GATES
     private_tools = frozenset(
         {"get_user_details", "list_events", "get_event_details", "get_free_slots"}

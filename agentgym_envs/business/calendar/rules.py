@@ -12,8 +12,11 @@ from typing import Any
 from agentgym_envs.business.calendar import logic
 from agentgym_envs.business.calendar.clock import parse_iso
 from agentgym_envs.business.policy import Rule, RuleGate
+from agentgym_envs.business.rules import authenticate_rule
 from agentgym_envs.core.tools import ToolCall
 
+AUTHENTICATE = authenticate_rule("email, or first and last name")
+"""Calendar's lookups: find_user_id_by_email and find_user_id_by_name (no zip code)."""
 NO_DOUBLE_BOOKING = Rule(
     "no-double-booking",
     "no double booking",
