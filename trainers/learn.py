@@ -206,9 +206,15 @@ def run_recipe(
     work: Path,
     algos: Sequence[str] | None = None,
     command: str = "",
+    from_runs: bool = False,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """Run ``recipe`` for each algorithm and write summary, metrics and curves to ``out``."""
+    """Run ``recipe`` for each algorithm and write summary, metrics and curves to ``out``.
+
+    With ``from_runs`` nothing is trained: the results are rebuilt from the finished run
+    folders in ``work`` (their ``summary.json`` and ``metrics.jsonl``); the wall time is
+    then the run's own ``train_seconds`` (evaluations, SFT and RL; not model loading).
+    """
     chosen = tuple(algos or recipe.algos)
     unknown = [a for a in chosen if a not in recipe.algos]
     if unknown:
@@ -219,10 +225,14 @@ def run_recipe(
     rows: list[dict[str, Any]] = []
     for algo in chosen:
         run_dir = work / algo
-        shutil.rmtree(run_dir, ignore_errors=True)  # a rerun must not append to old rows
-        start = time.perf_counter()
-        summary = train(recipe.config(algo, model, run_dir, **overrides))
-        results[algo] = algo_result(summary, time.perf_counter() - start)
+        if from_runs:
+            summary = json.loads((run_dir / "summary.json").read_text())
+            results[algo] = algo_result(summary, float(summary["train_seconds"]))
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)  # a rerun must not append to old rows
+            start = time.perf_counter()
+            summary = train(recipe.config(algo, model, run_dir, **overrides))
+            results[algo] = algo_result(summary, time.perf_counter() - start)
         rows += [{"algo": algo, **row} for row in read_metrics(run_dir / "metrics.jsonl")]
         log.info("%s %s: %s", recipe.name, algo, json.dumps(results[algo]))
     # algorithms run by other calls of the same recipe and config are kept (read when
@@ -235,6 +245,7 @@ def run_recipe(
         report = {
             "recipe": recipe.name,
             "commands": [*commands, command],
+            "rebuilt_from_runs": from_runs,
             "primary": primary,
             **{k: results[primary][k] for k in PHASES},
             "algos": results,
@@ -300,7 +311,9 @@ def _merge(
     if _settings(old.get("config", {})) != _settings(json.loads(json.dumps(config))):
         old = {}
     keep = {a: r for a, r in old.get("algos", {}).items() if a not in results}
-    kept_rows = [r for r in read_metrics(out / "metrics.jsonl") if r.get("algo") in keep]
+    metrics = out / "metrics.jsonl"
+    kept = read_metrics(metrics) if keep and metrics.is_file() else []
+    kept_rows = [r for r in kept if r.get("algo") in keep]
     merged = {**keep, **results}
     commands = old.get("commands") or ([old["command"]] if old.get("command") else [])
     return merged, kept_rows + rows, list(commands)
@@ -376,6 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--work", default="runs/learn", help="run folders")
     parser.add_argument(
+        "--from-runs",
+        action="store_true",
+        help="train nothing: rebuild the results from the finished run folders in --work",
+    )
+    parser.add_argument(
         "--set",
         nargs="+",
         default=[],
@@ -402,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.work) / name,
             args.algos,
             command=command,
+            from_runs=args.from_runs,
             **overrides,
         )
     return 0
