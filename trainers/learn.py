@@ -315,7 +315,9 @@ def _merge(
     kept = read_metrics(metrics) if keep and metrics.is_file() else []
     kept_rows = [r for r in kept if r.get("algo") in keep]
     merged = {**keep, **results}
+    # the commands behind the results kept (none when this call replaces them all)
     commands = old.get("commands") or ([old["command"]] if old.get("command") else [])
+    commands = commands if keep else []
     return merged, kept_rows + rows, list(commands)
 
 
@@ -368,9 +370,14 @@ def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> 
             [res[p]["ci95"][1] - y for p, y in zip(PHASES, ys, strict=True)],
         ]
         eval_ax.bar(xs, ys, width, yerr=err, capsize=3, label=algo)
-    n = report["algos"][algos[0]]["after_rl"]["n"] if algos else 0
+    last = report["algos"][algos[0]]["after_rl"] if algos else {}
+    method = last.get("ci_method", "wilson over episodes")
     eval_ax.set_xticks(range(len(PHASES)), list(PHASES))
-    eval_ax.set(title=f"held-out success, 95% Wilson interval (n={n})", ylim=(0, 1))
+    eval_ax.set(
+        title=f"held-out success, 95% interval ({method}; {last.get('n', 0)} episodes, "
+        f"{last.get('tasks', '?')} tasks)",
+        ylim=(0, 1),
+    )
     for ax in (train_ax, return_ax, eval_ax):
         ax.legend()
         ax.grid(alpha=0.3)
