@@ -374,7 +374,7 @@ def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> 
     method = last.get("ci_method", "wilson over episodes")
     eval_ax.set_xticks(range(len(PHASES)), list(PHASES))
     eval_ax.set(
-        title=f"held-out success, 95% interval ({method}; {last.get('n', 0)} episodes, "
+        title=f"held-out success, 95% interval\n({method}; {last.get('n', 0)} episodes, "
         f"{last.get('tasks', '?')} tasks)",
         ylim=(0, 1),
     )
