@@ -75,8 +75,8 @@ test: lint test-verl
 	$(BIN)/python -m pytest --ignore=$(VERL_TEST) $(PYTEST_ARGS)
 
 # The CPU learning proof: each committed recipe (trainers/recipes.py) from a random small
-# model: SFT warm start, then GRPO, RLOO and PPO, evaluated on 200 held-out test tasks.
-# Writes docs/results/cpu/<recipe>/{summary.json,metrics.jsonl,curves.png}; runs/learn
+# model: SFT warm start, then GRPO, RLOO and PPO, evaluated on 200 held-out episodes.
+# Writes docs/results/cpu/<recipe>/{summary.json,metrics.jsonl,curves.png,README.md}; runs/learn
 # keeps the run folders. One thread per process: faster than two on a shared 2-core box.
 LEARN_ARGS ?=
 learn: install

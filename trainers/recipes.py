@@ -9,7 +9,7 @@ from trainers.learn import ModelShape, Recipe
 
 # What every recipe shares: a from-scratch model learns nothing from the env's constant
 # system prompt, so it is left out (sequences are about half as long); 200 held-out test
-# tasks evaluated before SFT, after SFT and after RL, with the policy as it is trained
+# episodes evaluated before SFT, after SFT and after RL, with the policy as it is trained
 # and sampled (temperature 1) and greedily.
 _COMMON = {
     "system_prompt": False,
