@@ -38,11 +38,10 @@ class GateVerdict:
     reason: str
 
 
-class SafetyGate(ABC, Generic[EnvT]):
-    """Base class of safety gates, generic over the env type they read.
-
-    Subclasses name that type (``class IrreversibleTrapGate(SafetyGate["DungeonEnv"])``),
-    set ``name`` and ``description`` and implement :meth:`violation`.
+class GateBase:
+    """What every gate has: a name, a description and a mode (block or stop), and the
+    verdict it gives when it fires. :class:`SafetyGate` checks a call before it runs;
+    :class:`~agentgym_envs.core.staging.EffectsGate` checks a staged call's effects.
 
     Args:
         mode: block the call or stop the episode (the subclass's default if None).
@@ -60,16 +59,29 @@ class SafetyGate(ABC, Generic[EnvT]):
                 f"gate {self.name!r}: mode must be 'block' or 'stop', got {mode!r}"
             ) from None
 
-    @abstractmethod
-    def violation(self, env: EnvT, call: ToolCall) -> str | None:
-        """Return why ``call`` must not run in ``env``'s current state, or None if it may."""
-
-    def check(self, env: EnvT, call: ToolCall) -> GateVerdict | None:
-        """Run the gate; a verdict if it fires."""
-        reason = self.violation(env, call)
+    def _verdict(self, reason: str | None) -> GateVerdict | None:
         if reason is None:
             return None
         return GateVerdict(gate=self.name, mode=self.mode, reason=reason)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mode={self.mode.value!r})"
+
+
+class SafetyGate(GateBase, ABC, Generic[EnvT]):
+    """Base class of safety gates, generic over the env type they read.
+
+    Subclasses name that type (``class IrreversibleTrapGate(SafetyGate["DungeonEnv"])``),
+    set ``name`` and ``description`` and implement :meth:`violation`.
+
+    Args:
+        mode: block the call or stop the episode (the subclass's default if None).
+    """
+
+    @abstractmethod
+    def violation(self, env: EnvT, call: ToolCall) -> str | None:
+        """Return why ``call`` must not run in ``env``'s current state, or None if it may."""
+
+    def check(self, env: EnvT, call: ToolCall) -> GateVerdict | None:
+        """Run the gate; a verdict if it fires."""
+        return self._verdict(self.violation(env, call))

@@ -22,8 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Generic
 
-from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.core.gates import EnvT, GateMode, GateVerdict
+from agentgym_envs.core.gates import EnvT, GateBase, GateVerdict
 from agentgym_envs.core.tools import ToolCall
 
 
@@ -39,7 +38,7 @@ class StagedEffects(ABC):
         """Drop the scratch copy unless the handler committed it. Idempotent; never raises."""
 
 
-class EffectsGate(ABC, Generic[EnvT]):
+class EffectsGate(GateBase, ABC, Generic[EnvT]):
     """A safety gate over a staged call's effects (it runs after staging, before commit),
     generic over the env type it reads (like :class:`~agentgym_envs.core.gates.SafetyGate`).
 
@@ -50,31 +49,13 @@ class EffectsGate(ABC, Generic[EnvT]):
         mode: block the call or stop the episode (the subclass's default if None).
     """
 
-    name: str = ""
-    description: str = ""
-    default_mode: GateMode = GateMode.STOP
-
-    def __init__(self, mode: GateMode | str | None = None) -> None:
-        try:
-            self.mode = GateMode(mode) if mode is not None else self.default_mode
-        except ValueError:
-            raise ConfigError(
-                f"gate {self.name!r}: mode must be 'block' or 'stop', got {mode!r}"
-            ) from None
-
     @abstractmethod
     def violation(self, env: EnvT, call: ToolCall, staged: StagedEffects) -> str | None:
         """Why the effects ``staged`` of ``call`` must not be committed, or None."""
 
     def check(self, env: EnvT, call: ToolCall, staged: StagedEffects) -> GateVerdict | None:
         """Run the gate; a verdict if it fires."""
-        reason = self.violation(env, call, staged)
-        if reason is None:
-            return None
-        return GateVerdict(gate=self.name, mode=self.mode, reason=reason)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(mode={self.mode.value!r})"
+        return self._verdict(self.violation(env, call, staged))
 
 
 __all__ = ["EffectsGate", "StagedEffects"]
