@@ -273,6 +273,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.eval:
         return _bench_eval(args)
+    if args.ray:
+        return _bench_ray(args)
 
     results: list[Any] = []
     sandbox: list[Any] = []
@@ -327,6 +329,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     console.print(table)
     console.print(f"medians; memory and file descriptors with {args.concurrent} live episodes")
+    return 0
+
+
+def _bench_ray(args: argparse.Namespace) -> int:
+    from agentgym_envs.eval.bench_ray import FAMILIES, bench_ray, print_ray_bench
+
+    names = tuple(e.name for e in _entries(args.env)) if args.env else FAMILIES
+    with console.status(f"Ray pool: {', '.join(names)} on 1, 2, 4 actors (a few minutes)"):
+        result = bench_ray(names, episodes=args.ray_episodes)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print_ray_bench(result, console)
     return 0
 
 
@@ -531,6 +546,13 @@ def build_parser() -> argparse.ArgumentParser:
         "store on, against a bare loop",
     )
     p.add_argument("--episodes", type=int, default=1000, help="episodes per env for --eval")
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="benchmark the Ray env pool instead: RepoFix and WebShop steps/s on 1, 2 and 4 "
+        "actors against in-process, and the pool's per-step overhead on a text game",
+    )
+    p.add_argument("--ray-episodes", type=int, default=8, help="episodes per run for --ray")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tasks", help="task-set maintenance")
@@ -579,7 +601,7 @@ package never imports it."""
 TRAIN_INSTALL = "pip install 'agentgym-envs[train]'"
 """How to install the trainer's dependencies (from a checkout: ``pip install -e '.[train]'``)."""
 
-_EXPECTED = {"train": ("the reference trainer (trainers/)", TRAIN_INSTALL)}
+_EXPECTED = {"train": ("the reference trainer (agentgym_trainers/)", TRAIN_INSTALL)}
 """Subcommands this package documents but another package provides: what provides each,
 and how to install it."""
 

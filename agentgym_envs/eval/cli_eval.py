@@ -37,9 +37,20 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batch", type=int, default=8, help="env slots stepped in lockstep")
     p.add_argument(
         "--isolation",
-        choices=("inline", "process"),
+        "--backend",
+        dest="isolation",
+        choices=("inline", "process", "ray"),
         default="inline",
-        help="process: one worker process per env slot (survives env crashes)",
+        help="process: one worker process per env slot (survives env crashes); ray: slots "
+        "on Ray actors across a cluster, stepped in parallel (pip install 'agentgym-envs[dist]')",
+    )
+    p.add_argument(
+        "--envs-per-actor", type=int, default=1, help="ray: env slots hosted by one actor"
+    )
+    p.add_argument(
+        "--ray-address",
+        default="",
+        help="ray: the cluster to join, host:port (default: $RAY_ADDRESS, else a local Ray)",
     )
     p.add_argument("--out", help="report folder (default: runs/eval/<suite>-<time>)")
     p.add_argument("--no-store", action="store_true", help="do not record trajectories")
@@ -96,6 +107,8 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
             store=None if args.no_store else str(out / "trajectories.sqlite"),
             run_id=f"{suite.name}-{stamp}",
             policy_options=options,
+            envs_per_actor=args.envs_per_actor,
+            ray_address=args.ray_address,
         )
         total = sum(
             len(e.jobs(suite.seed, suite.trials))

@@ -34,6 +34,7 @@ from agentgym_envs.eval.workers import (
     ProcessSlot,
     SlotIsolation,
     make_slots,
+    step_slots,
 )
 from agentgym_envs.policies.base import LLM_PREFIXES
 
@@ -113,12 +114,17 @@ class EvalConfig:
     Attributes:
         batch: env slots per policy and entry, stepped in lockstep.
         isolation: :class:`SlotIsolation` (or its value): ``inline`` (envs in this
-            process; exceptions become env errors) or ``process`` (one worker process per
-            slot; crashes and hangs too).
+            process; exceptions become env errors), ``process`` (one worker process per
+            slot; crashes and hangs too) or ``ray`` (slots on Ray actors across a
+            cluster, stepped in parallel; dead or hung actors too).
         store: the trajectory store (SQLite) that records every episode, or None.
         run_id: groups this run's episodes in the store (default: a timestamp).
         policy_options: options for LLM policies (temperature, max_new_tokens, device ...).
-        step_timeout_s: with process isolation, a step slower than this kills the worker.
+        step_timeout_s: with process or ray isolation, a step slower than this kills
+            the worker (the actor).
+        envs_per_actor: with ray isolation, env slots hosted by one actor.
+        ray_address: with ray isolation, the cluster to join (``host:port``; default:
+            the one this process is connected to, else a local Ray).
     """
 
     batch: int = 8
@@ -127,10 +133,16 @@ class EvalConfig:
     run_id: str = ""
     policy_options: Mapping[str, Any] = field(default_factory=dict)
     step_timeout_s: float = 300.0
+    envs_per_actor: int = 1
+    ray_address: str = ""
 
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise ConfigError(f"batch must be >= 1, got {self.batch}")
+        if self.envs_per_actor < 1:
+            raise ConfigError(
+                f"envs_per_actor must be >= 1, got {self.envs_per_actor}; e.g. --envs-per-actor 4"
+            )
         object.__setattr__(self, "isolation", SlotIsolation.parse(self.isolation))
 
     def to_json(self) -> dict[str, Any]:
@@ -260,7 +272,13 @@ def run_entry(
         config.run_id,
     )
     slots = make_slots(
-        factory, max(1, min(config.batch, len(jobs))), config.isolation, config.step_timeout_s
+        factory,
+        max(1, min(config.batch, len(jobs))),
+        config.isolation,
+        config.step_timeout_s,
+        env_id=env_id,
+        envs_per_actor=config.envs_per_actor,
+        ray_address=config.ray_address,
     )
     pending: deque[tuple[int, Job]] = deque(enumerate(jobs))
     active: dict[int, _Live] = {}
@@ -304,23 +322,30 @@ def run_entry(
                 [active[s].obs for s in order], [active[s].info for s in order], order
             )
             usage = list(getattr(policy, "last_usage", None) or [])
-            for i, (slot, action) in enumerate(zip(order, actions, strict=True)):
+            notes = []
+            for i, slot in enumerate(order):
                 live = active[slot]
                 fold = live.fold
                 if i < len(usage):
                     u = usage[i]
                     fold.usage(u.get("tokens_in", 0), u.get("tokens_out", 0), u.get("failed", 0))
-                note = {
-                    "trial": live.job.trial,
-                    "entry": entry.name,
-                    "tokens_in": fold.tokens_in,
-                    "tokens_out": fold.tokens_out,
-                }
-                try:
-                    obs, reward, terminated, truncated, info = slots[slot].step(action, note)
-                except EnvCrashed as exc:
-                    fold.crash(str(exc))
+                notes.append(
+                    {
+                        "trial": live.job.trial,
+                        "entry": entry.name,
+                        "tokens_in": fold.tokens_in,
+                        "tokens_out": fold.tokens_out,
+                    }
+                )
+            # every slot's step goes out before any result is read (in parallel on Ray)
+            results = step_slots([slots[s] for s in order], actions, notes)
+            for slot, result in zip(order, results, strict=True):
+                live = active[slot]
+                fold = live.fold
+                if isinstance(result, EnvCrashed):
+                    fold.crash(str(result))
                 else:
+                    obs, reward, terminated, truncated, info = result
                     fold.step(reward, terminated, truncated, info)
                     live.obs, live.info = obs, info
                 if fold.done:
@@ -484,6 +509,8 @@ def replay(
         store=None,
         policy_options=old.get("policy_options") or {},
         step_timeout_s=old["step_timeout_s"],
+        envs_per_actor=old.get("envs_per_actor", 1),
+        ray_address=old.get("ray_address", ""),
     )
     jobs: dict[tuple[str, str], list[Job]] = {}
     for ep in report["episodes"]:

@@ -1,4 +1,4 @@
-"""Env slots for the evaluator: in this process, or each in a worker process.
+"""Env slots for the evaluator: in this process, each in a worker process, or on Ray actors.
 
 ``isolation="process"`` runs every env slot in its own spawned process. A worker that
 dies (a segfault in a native library, an OOM kill, ``os._exit``) or hangs past
@@ -6,6 +6,11 @@ dies (a segfault in a native library, an OOM kill, ``os._exit``) or hangs past
 worker at its next reset and the evaluation goes on. Scripted policies that need the
 live env (the oracle, do-nothing) work through the same pipe: the worker keeps the
 episode's oracle and answers ``oracle().act()`` calls.
+
+``isolation="ray"`` hosts the slots on Ray actors (:mod:`agentgym_envs.distributed`,
+the ``dist`` extra), across the nodes of a cluster; a dead or hung actor costs the
+episodes it hosted, as ``env_error``, and is restarted. Its slots step in parallel
+(:func:`step_slots`).
 
 Only plain data crosses the pipe: action text in; observation, reward, flags and the
 info dict out.
@@ -36,6 +41,7 @@ class SlotIsolation(StrEnum):
 
     INLINE = "inline"  # in this process: an exception from the env ends its episode
     PROCESS = "process"  # one worker process per slot: crashes and hangs end it too
+    RAY = "ray"  # slots on Ray actors (the dist extra), across a cluster's nodes
 
     @classmethod
     def parse(cls, value: SlotIsolation | str) -> SlotIsolation:
@@ -143,7 +149,7 @@ def _serve(conn: Connection, factory: EnvFactory) -> None:
 
 
 class _RemoteOracle:
-    def __init__(self, slot: ProcessSlot) -> None:
+    def __init__(self, slot: ProcessSlot | RaySlot) -> None:
         self._slot = slot
 
     def act(self) -> str:
@@ -249,17 +255,125 @@ class ProcessSlot:
         self._proc, self._conn = None, None
 
 
+class RaySlot:
+    """An env slot on a Ray actor of a shared
+    :class:`~agentgym_envs.distributed.pool.RayEnvPool` (which closes with its last
+    slot). Like :class:`ProcessSlot`, it stands in for its env for the scripted
+    policies: ``unwrapped`` is itself, with ``oracle()`` and ``noop_action``."""
+
+    def __init__(self, pool: Any, index: int, users: list[int]) -> None:
+        self.pool = pool
+        self.index = index
+        self.unwrapped = self
+        self._users = users  # open slots of the pool, shared by its slots
+        self._closed = False
+
+    def oracle(self) -> _RemoteOracle:
+        return _RemoteOracle(self)
+
+    @property
+    def noop_action(self) -> str:
+        text = self.call("noop_action", None)
+        assert isinstance(text, str)
+        return text
+
+    def call(self, cmd: str, payload: Any) -> Any:
+        """``oracle_act`` or ``noop_action`` on the actor; failures are :class:`EnvCrashed`."""
+        try:
+            return getattr(self.pool, cmd)(self.index)
+        except Exception as exc:
+            raise EnvCrashed(f"env {cmd} failed on its Ray actor: {exc}") from exc
+
+    def reset(self, seed: int, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        result = self.pool.reset(self.index, seed, dict(options))
+        if result.crashed:
+            raise EnvCrashed(result.error)
+        return result.obs, result.info
+
+    def step(
+        self, action: str, note: Mapping[str, Any] | None = None
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        result = self.pool.step(self.index, action, note)
+        if result.crashed:
+            raise EnvCrashed(result.error)
+        return result.step_tuple()  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._users[0] -= 1
+        if self._users[0] == 0:
+            self.pool.close()
+
+
+Slot = InlineSlot | ProcessSlot | RaySlot
+
+
+def step_slots(
+    slots: Sequence[Slot],
+    actions: Sequence[str],
+    notes: Sequence[Mapping[str, Any] | None],
+) -> list[tuple[str, float, bool, bool, dict[str, Any]] | EnvCrashed]:
+    """Step each slot with its action: the step's result, or the :class:`EnvCrashed`
+    that ended its episode. Ray slots of one pool step in parallel."""
+    if slots and all(isinstance(s, RaySlot) for s in slots):
+        pools = {id(s.pool) for s in slots}  # type: ignore[union-attr]
+        if len(pools) == 1:
+            pool = slots[0].pool  # type: ignore[union-attr]
+            items = [(s.index, a) for s, a in zip(slots, actions, strict=True)]  # type: ignore[union-attr]
+            return [
+                EnvCrashed(r.error) if r.crashed else r.step_tuple()
+                for r in pool.step_many(items, notes)
+            ]
+    out: list[tuple[str, float, bool, bool, dict[str, Any]] | EnvCrashed] = []
+    for slot, action, note in zip(slots, actions, notes, strict=True):
+        try:
+            out.append(slot.step(action, note))
+        except EnvCrashed as exc:
+            out.append(exc)
+    return out
+
+
 def make_slots(
     factory: EnvFactory,
     count: int,
     isolation: SlotIsolation | str,
     step_timeout_s: float = 300.0,
-) -> Sequence[InlineSlot | ProcessSlot]:
+    *,
+    env_id: str = "",
+    envs_per_actor: int = 1,
+    ray_address: str = "",
+) -> Sequence[Slot]:
     """``count`` env slots built by ``factory``.
 
+    Args:
+        factory: builds one env (picklable for process and ray isolation).
+        count: slots.
+        isolation: where the slots run (:class:`SlotIsolation`).
+        step_timeout_s: with process or ray isolation, a slower step ends its worker.
+        env_id: the env ``factory`` builds (ray: picks the family's actor resources).
+        envs_per_actor: ray: slots hosted by one actor.
+        ray_address: ray: the cluster to join (default: connected, or a local Ray).
+
     Raises:
-        ConfigError: ``isolation`` is not a :class:`SlotIsolation` value.
+        ConfigError: ``isolation`` is not a :class:`SlotIsolation` value, or (ray) ray
+            is missing or the pool's configuration is bad.
     """
-    if SlotIsolation.parse(isolation) is SlotIsolation.INLINE:
+    kind = SlotIsolation.parse(isolation)
+    if kind is SlotIsolation.INLINE:
         return [InlineSlot(factory) for _ in range(count)]
-    return [ProcessSlot(factory, step_timeout_s) for _ in range(count)]
+    if kind is SlotIsolation.PROCESS:
+        return [ProcessSlot(factory, step_timeout_s) for _ in range(count)]
+    from agentgym_envs.distributed.pool import RayEnvPool
+
+    pool = RayEnvPool(
+        env_id or None,
+        count,
+        factory=factory,
+        envs_per_actor=envs_per_actor,
+        step_timeout_s=step_timeout_s,
+        address=ray_address or None,
+    )
+    users = [count]
+    return [RaySlot(pool, i, users) for i in range(count)]
