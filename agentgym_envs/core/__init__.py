@@ -20,6 +20,7 @@ from agentgym_envs.core.errors import (
 from agentgym_envs.core.gates import GateMode, GateVerdict, SafetyGate
 from agentgym_envs.core.info import ErrorCode, Outcome, StepInfo, ToolStatus
 from agentgym_envs.core.ledger import CostLedger
+from agentgym_envs.core.native import ToolMode
 from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
 from agentgym_envs.core.spaces import PRINTABLE_CHARSET, TextSpace, sanitize
 from agentgym_envs.core.staging import EffectsGate, StagedEffects
@@ -70,6 +71,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolKind",
+    "ToolMode",
     "ToolResult",
     "ToolSet",
     "ToolStatus",

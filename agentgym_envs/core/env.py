@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, Protocol, Self
 
 import gymnasium as gym
 
-from agentgym_envs.core.actions import FORMAT_NOTE, NOT_TEXT, ActionParser, ParsedAction
+from agentgym_envs.core.actions import NOT_TEXT, ActionParser, ParsedAction
 from agentgym_envs.core.calls import CallRecord, CallRunner, Turn, fresh_arguments
 from agentgym_envs.core.errors import (
     ConfigError,
@@ -44,6 +44,7 @@ from agentgym_envs.core.info import (
     family_keys_only,
 )
 from agentgym_envs.core.ledger import CostLedger
+from agentgym_envs.core.native import NativeTurn, ToolMode, record_replies, system_prompt
 from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
 from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.staging import EffectsGate, StagedEffects
@@ -84,6 +85,8 @@ class AgentEnv(gym.Env[str, str], ABC):
             loaded with ``load_task_set``, or a list of ``Task``).
         faults: inject labelled infrastructure faults into tool calls: a
             ``FaultConfig`` or a dict such as ``{"rate": 0.1}`` (see ``core.faults``).
+        tool_mode: ``"text"`` (default) or ``"native"``: tools passed natively to the
+            model, ``info["messages"]`` per step (see ``core.native``).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -118,6 +121,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         if own is not None and not getattr(own, "__isabstractmethod__", False):
             # under a tool variant, oracle actions use the renamed tools (core.variants)
             setattr(cls, "oracle", localizing(own))  # noqa: B010  (mypy: no method assign)
+        if "on_message" in cls.__dict__:  # native mode tells the user's replies apart
+            setattr(cls, "on_message", record_replies(cls.__dict__["on_message"]))  # noqa: B010
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         check_kwargs(cls, kwargs)  # a did-you-mean, not a raw TypeError naming AgentEnv
@@ -138,6 +143,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         tool_retries: int = 2,
         tasks: TaskSet | Sequence[Task] | None = None,
         faults: FaultConfig | Mapping[str, Any] | None = None,
+        tool_mode: ToolMode | str = ToolMode.TEXT,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(
@@ -163,6 +169,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.max_cost = max_cost
         self.timing = timing
         self.tool_retries = tool_retries
+        self.tool_mode = ToolMode.coerce(tool_mode)
+        self._native = NativeTurn() if self.tool_mode is ToolMode.NATIVE else None
         # the call runner holds the one fault config (``faults`` reads it back)
         self.calls = CallRunner(timing, tool_retries, FaultConfig.coerce(faults))
         self.observation_space = TextSpace(self.max_observation_chars)
@@ -363,18 +371,11 @@ class AgentEnv(gym.Env[str, str], ABC):
         components = dict.fromkeys(COMPONENTS, 0.0)
         info = self._info(Outcome.CONTINUE, [], {}, [], components, {}, 1)
         if self._system is None:  # the rules depend on constructor options only
-            self._system = sanitize(self._system_prompt(), self.max_observation_chars)
+            self._system = sanitize(system_prompt(self), self.max_observation_chars)
         info["system"] = self._system
+        if self._native is not None:
+            info["messages"] = [{"role": "user", "content": obs}]
         return obs, info
-
-    def _system_prompt(self) -> str:
-        rules = self.system_rules()
-        if self._tool_variant is not None:  # the rules name tools too: follow the variant
-            rules = rename_calls(self.toolset, rules)
-        example = f"\nExample: {self._example()}" if self.example_action else ""
-        parts = [rules] if rules else []
-        parts += [f"Tools:\n{self.toolset.describe()}", FORMAT_NOTE + example]
-        return "\n\n".join(parts)
 
     def step(  # type: ignore[override]  # see _GYM_INFO_NOTE
         self, action: str
@@ -385,6 +386,8 @@ class AgentEnv(gym.Env[str, str], ABC):
             raise ResetNeeded("call reset() before step()")
         if self._outcome is not Outcome.CONTINUE:
             raise ResetNeeded(f"the episode ended ({self._outcome.value}); call reset()")
+        if self._native is not None and isinstance(action, str):
+            action = self._native.begin(action, self._step + 1)
         if isinstance(action, str):
             parsed = self.parser.parse(action)
         elif isinstance(action, bytes | bytearray):
@@ -434,6 +437,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._last_obs = obs
         self.on_observation(obs)
         info = self._info(outcome, turn.calls, turn.error, new, components, turn.safety, visits)
+        if self._native is not None:
+            info["messages"] = self._native.finish(bool(turn.error) and not turn.results)
         self.last_info = info
         terminated = outcome in (Outcome.SUCCESS, Outcome.FAILURE, Outcome.SAFETY_STOP)
         truncated = outcome in (Outcome.TIMEOUT, Outcome.ENV_ERROR)
@@ -470,11 +475,13 @@ class AgentEnv(gym.Env[str, str], ABC):
                     if result.error_code is not None:
                         turn.error = {"code": result.error_code, "message": result.text}
                         turn.errors += record.status is ToolStatus.BLOCKED
+            if (native := self._native) is not None:
+                native.answer(i, record.result, record.status)
             turn.calls.append(
                 {
                     "name": call.name,
                     "arguments": fresh_arguments(call.arguments),
-                    "call_id": f"call_{self._step}_{i}",
+                    "call_id": native.call_id(i) if native else f"call_{self._step}_{i}",
                     "status": record.status,
                     "latency_ms": record.latency_ms,
                     "fault": record.fault,
@@ -644,8 +651,10 @@ class AgentEnv(gym.Env[str, str], ABC):
         return rename_calls(self.toolset, self.example_action)
 
     def _env_version(self) -> str:
-        faults = self.calls.faults
-        return f"{self.name}-v{self.version}{self.variant()}" + (faults.tag if faults else "")
+        faults, native = self.calls.faults, "+native" if self._native is not None else ""
+        return f"{self.name}-v{self.version}{self.variant()}{native}" + (
+            faults.tag if faults else ""
+        )
 
     def _parser_for(self, tools: ToolSet) -> ActionParser:
         return ActionParser(
@@ -701,6 +710,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         if outcome is not Outcome.CONTINUE:
             parts.append(OUTCOME_TEXT[outcome].format(reason=self._reason or ""))
         parts.append(self.render_view())
+        if self._native is not None:
+            self._native.tail = parts[len(results) :]
         return "\n\n".join(parts)
 
     def _hint(self, parsed: ParsedAction) -> str:

@@ -135,7 +135,8 @@ class StepInfo(TypedDict, total=False):
 
     Values keep one type per key (``error`` and ``safety`` are empty dicts, not None, when
     nothing happened) so that ``gym.make_vec`` can batch infos. Envs may add
-    family-specific keys (``env_error`` when the outcome is ``ENV_ERROR``).
+    family-specific keys (``env_error`` when the outcome is ``ENV_ERROR``). ``messages``
+    is there in ``tool_mode="native"`` only (``core.native``).
     """
 
     outcome: Outcome
@@ -155,6 +156,7 @@ class StepInfo(TypedDict, total=False):
     step: int
     state_visits: int
     env_error: ErrorInfo
+    messages: list[dict[str, Any]]  # native tool mode: the observation by speaker
 
 
 STANDARD_KEYS = frozenset(StepInfo.__annotations__)  # ``extra_info`` may not shadow these

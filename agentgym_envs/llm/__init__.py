@@ -8,7 +8,10 @@ Light modules (no torch), importable from here:
   token-in/token-out rendering of multi-turn episodes around sampled ids;
 * :mod:`~agentgym_envs.llm.generation`: the generation interface (:class:`Generator`:
   prompt ids in, sampled ids and their log-probabilities out) and its hook
-  (:class:`TokenPicker`).
+  (:class:`TokenPicker`);
+* :mod:`~agentgym_envs.llm.http_generator`: :class:`HttpGenerator`, the generation
+  interface over an OpenAI-compatible server that returns token ids and log-probs
+  (vLLM, ``agentgym serve``), and its errors.
 
 Modules that need torch and transformers (the ``train`` extra), imported by path:
 
@@ -22,12 +25,20 @@ Modules that need torch and transformers (the ``train`` extra), imported by path
 
 from agentgym_envs.llm.chat import ChatFormat, Message
 from agentgym_envs.llm.generation import Generator, Sample, SamplingSettings, TokenPicker
+from agentgym_envs.llm.http_generator import (
+    GenerationRequestError,
+    GenerationServerError,
+    HttpGenerator,
+)
 from agentgym_envs.llm.template import ChatTemplate
 
 __all__ = [
     "ChatFormat",
     "ChatTemplate",
+    "GenerationRequestError",
+    "GenerationServerError",
     "Generator",
+    "HttpGenerator",
     "Message",
     "Sample",
     "SamplingSettings",

@@ -1,164 +1,73 @@
-"""``agentgym serve``: an OpenAI-compatible chat-completions server for a local model.
+"""``agentgym serve``: an OpenAI-compatible server for a local model.
 
 Built on the standard library (``http.server.ThreadingHTTPServer``). Endpoints:
 
-* ``GET /v1/models``: the one served model;
+* ``GET /v1/models``: the one served model (with its ``weights_version``);
 * ``POST /v1/chat/completions``: ``messages``, ``tools``, ``tool_choice``,
-  ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``n=1``,
-  ``seed`` and ``stop``; no streaming. Bad requests get a 400 with an OpenAI-style
-  ``{"error": {...}}`` body.
+  ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``n``,
+  ``seed``, ``stop``, ``logprobs``/``top_logprobs``, ``stream`` (with
+  ``stream_options.include_usage``) and vLLM's ``return_token_ids``;
+* ``POST /v1/completions``: the same sampling fields for ``prompt`` given as text or as
+  token ids (one list of ints, or a list of them), with the legacy ``logprobs`` (an
+  integer: alternatives per token); token in, token out for trainers;
+* ``POST /v1/load_weights`` ``{"path": <model folder>}``: replace the weights in place
+  with those of a Hugging Face folder of the same architecture (a trainer's
+  checkpoint) and bump ``weights_version``. Loopback clients only.
 
-Requests that arrive together are generated as one batch: a worker thread takes the
-first waiting request, collects more for ``batch_wait_ms`` (up to ``max_batch``) and runs
-one batched generate for all of them. That is what makes evaluation with many concurrent
-slots fast.
+Bad requests get a 4xx with an OpenAI-style ``{"error": {...}}`` body; the server
+survives anything a request does.
+
+Choices: each of the ``n`` choices is sampled independently, choice 0 with the request's
+``seed`` and choice ``i`` with a seed derived from ``(seed, i)``, so a seeded request is
+reproducible and its choice 0 is the ``n=1`` reply. Requests (and choices) that arrive
+together are generated as one batch (:class:`~.serve_engine.Batcher`), and a row's
+sample depends on its own seed only, never on the batch.
+
+Log-probabilities are those of the sampling distribution, ``log softmax(logits /
+temperature)`` (temperature 0 is greedy and reports temperature-1 values), before
+``top_p``: the values a trainer recomputes. With ``return_token_ids`` a chat reply
+carries ``prompt_token_ids`` and each choice its ``token_ids`` (the end-of-turn token
+included; a stop string cuts the ids after the token that completed it), as vLLM does.
 
 Tools: when the chat template renders ``tools`` they go to the template; otherwise
-(SmolLM2) they are listed in the system message. A tool call is then read back from the
-generated text (a JSON object, or ``<tool_call>...</tool_call>``, or ``name(arg=...)``)
-into ``message.tool_calls`` with ``finish_reason="tool_calls"``. ``tool_choice`` may be
-``"none"``, ``"auto"``, ``"required"`` or one named function; the server does not
-constrain decoding, so ``"required"`` cannot force a call.
+(SmolLM2) they are listed in the system message. A tool call is read back from the
+generated text into ``message.tool_calls`` with ``finish_reason="tool_calls"``.
+``tool_choice``: ``"auto"``; ``"none"`` (the tools are not shown and no call is read);
+``"required"`` or one named function: decoding is constrained so the reply starts as
+``{"name": "<a tool>", "arguments": {`` and ends when its brackets close (see
+:class:`~.serve_engine.ToolCallConstraint`); a sampled reply whose arguments are still
+not valid JSON is drawn again with a derived seed, up to :data:`REQUIRED_ATTEMPTS`
+times, and after that (or at ``max_tokens``) it comes back as plain ``content``.
+
+Streaming: server-sent events in OpenAI's chunk format, ending with ``data: [DONE]``.
+Tokens go out as they are sampled; text is held back only to avoid splitting a
+character or showing the start of a stop string. With tools offered, a choice's text
+can only be told from a tool call once it is complete, so its content or ``tool_calls``
+come in one chunk when it ends.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentgym_envs.core.errors import ClosedError
 from agentgym_envs.policies.chat import derive_seed
-from agentgym_envs.policies.serve_api import (
-    BadRequest,
-    ChatRequest,
-    completion_body,
-    error_body,
-    parse_request,
-    template_messages,
-)
+from agentgym_envs.policies.serve_api import BadRequest
+from agentgym_envs.policies.serve_engine import Batcher, RowEngine
+from agentgym_envs.policies.serve_http import Handler, is_loopback
 
 if TYPE_CHECKING:  # torch loads only when a server starts
-    from agentgym_envs.policies.hf import Generation, GenOptions, LocalLM
+    from agentgym_envs.policies.hf import LocalLM
 
-    _Job = tuple[list[int], GenOptions, Future[Generation]]  # prompt, options, reply
+__all__ = ["Batcher", "ChatServer", "is_loopback", "start_server"]
 
 logger = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 16 << 20
-REQUEST_TIMEOUT_S = 900.0
-
-
-class Batcher:
-    """Collects concurrent generation requests into batched ``generate`` calls.
-
-    Args:
-        lm: the model.
-        max_batch: the most requests generated together.
-        wait_s: how long the first request of a batch waits for company.
-    """
-
-    def __init__(self, lm: LocalLM, max_batch: int = 8, wait_s: float = 0.005) -> None:
-        self.lm, self.max_batch, self.wait_s = lm, max(1, max_batch), wait_s
-        self.batch_sizes: list[int] = []
-        """The size of every batch generated so far (for stats and tests)."""
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
-        self._closed = False
-        self._busy = threading.Lock()  # held while generating
-        self._pending = 0
-        self._pending_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="batcher", daemon=True)
-        self._thread.start()
-
-    def submit(self, prompt: list[int], options: GenOptions) -> Future[Generation]:
-        """Queue one prompt; the future holds its :class:`Generation`."""
-        future: Future[Generation] = Future()
-        with self._pending_lock:
-            if self._closed:
-                raise ClosedError(
-                    "the generation server is shutting down and takes no new prompts; "
-                    "start a new one"
-                )
-            self._pending += 1
-        self._queue.put((prompt, options, future))
-        return future
-
-    @property
-    def pending(self) -> int:
-        """Requests submitted and not answered yet."""
-        with self._pending_lock:
-            return self._pending
-
-    @contextmanager
-    def hold(self) -> Iterator[None]:
-        """Hold the model: requests queue up meanwhile and go out as one batch after."""
-        with self._busy:
-            yield
-
-    def close(self) -> None:
-        """Finish the queued requests and stop the worker thread (idempotent)."""
-        with self._pending_lock:
-            self._closed = True
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            jobs = [first]
-            deadline = time.monotonic() + self.wait_s
-            stop = self._collect(jobs, deadline)
-            with self._busy:
-                stop = self._collect(jobs, None) or stop  # more may have come meanwhile
-                self._generate(jobs)
-            if stop:
-                return
-
-    def _collect(self, jobs: list[_Job], deadline: float | None) -> bool:
-        """Add waiting jobs up to ``max_batch`` (until ``deadline``); True on stop."""
-        while len(jobs) < self.max_batch:
-            try:
-                remaining = 0.0 if deadline is None else deadline - time.monotonic()
-                job = (
-                    self._queue.get(timeout=remaining)
-                    if remaining > 0
-                    else self._queue.get_nowait()
-                )
-            except queue.Empty:
-                return False
-            if job is None:
-                return True
-            jobs.append(job)
-        return False
-
-    def _generate(self, jobs: list[_Job]) -> None:
-        live = [job for job in jobs if job[2].set_running_or_notify_cancel()]
-        try:
-            if live:
-                self.batch_sizes.append(len(live))
-                results = self.lm.generate([j[0] for j in live], [j[1] for j in live])
-                for job, result in zip(live, results, strict=True):
-                    job[2].set_result(result)
-        except Exception as exc:  # every waiting request learns about it
-            logger.exception("batched generation failed")
-            for job in live:
-                if not job[2].done():
-                    job[2].set_exception(exc)
-        finally:
-            with self._pending_lock:
-                self._pending -= len(jobs)
 
 
 class ChatServer(ThreadingHTTPServer):
@@ -174,14 +83,24 @@ class ChatServer(ThreadingHTTPServer):
         model_id: str,
         owns_lm: bool = True,
     ) -> None:
-        super().__init__(address, _Handler)
+        super().__init__(address, Handler)
         self.lm, self.batcher, self.model_id = lm, batcher, model_id
         self.owns_lm = owns_lm
         self.created = int(time.time())
         self.seed = 0
+        self.weights_version = 0
+        """How many times :meth:`load_weights` replaced the weights."""
+        self.fingerprint = lm.fingerprint
+        """The weights' fingerprint (``system_fingerprint``)."""
         self._count = 0
         self._count_lock = threading.Lock()
+        self._load_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+
+    @property
+    def engine(self) -> RowEngine:
+        """What generates the batches."""
+        return self.batcher.engine
 
     @property
     def url(self) -> str:
@@ -193,6 +112,38 @@ class ChatServer(ThreadingHTTPServer):
         with self._count_lock:
             self._count += 1
             return derive_seed(self.seed, self._count)
+
+    def load_weights(self, path: str) -> int:
+        """Replace the served weights in place with a model folder's; the new version.
+
+        The folder must hold a model of the same architecture (every tensor's name and
+        shape must match); generation pauses while the tensors are copied, so no reply
+        mixes two versions.
+
+        Raises:
+            BadRequest: the model was lent to the server, the folder is missing, or its
+                weights do not fit.
+        """
+        if not self.owns_lm:
+            raise BadRequest(
+                "this server was lent its model (start_server(lm=...)) and never changes "
+                "it; load the weights in the model's owner or start the server from a spec",
+                status=409,
+                code="model_lent",
+            )
+        folder = Path(path).expanduser()
+        if not (folder / "config.json").is_file():
+            raise BadRequest(
+                f"expected a Hugging Face model folder with config.json, got {path!r}",
+                param="path",
+            )
+        with self._load_lock:
+            state = _read_state(folder, self.lm)
+            with self.batcher.hold():  # no batch runs while tensors are copied
+                self.lm.model.load_state_dict(state, strict=True)
+                self.weights_version += 1
+                self.fingerprint = _fingerprint(folder)
+            return self.weights_version
 
     def start(self) -> None:
         """Serve in a background thread."""
@@ -214,93 +165,37 @@ class ChatServer(ThreadingHTTPServer):
             self.lm.close()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ChatServer
-    server_version = "agentgym-serve"
+def _read_state(folder: Path, lm: LocalLM) -> dict[str, Any]:
+    """The tensors of a model folder, checked against the served model (names, shapes,
+    tied embeddings) before anything is copied."""
+    from transformers import AutoModelForCausalLM
 
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("%s " + format, self.address_string(), *args)
-
-    def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/v1/models":
-            model = {
-                "id": self.server.model_id,
-                "object": "model",
-                "created": self.server.created,
-                "owned_by": "agentgym",
-            }
-            self._send(200, {"object": "list", "data": [model]})
-        elif self.path.rstrip("/") == "/health":
-            self._send(200, {"status": "ok"})
-        else:
-            self._send(404, error_body(f"no route GET {self.path}", "not_found_error"))
-
-    def do_POST(self) -> None:
-        try:
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                self._send(404, error_body(f"no route POST {self.path}", "not_found_error"))
-                return
-            self._send(200, self._complete(self._body()))
-        except BadRequest as exc:
-            self._send(exc.status, error_body(str(exc), exc.kind, exc.param, exc.code))
-        except Exception as exc:  # the server must survive anything a request does
-            logger.exception("chat completion failed")
-            self._send(
-                500, error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error")
-            )
-
-    def _body(self) -> Any:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise BadRequest("Content-Length is not a number") from None
-        if length > MAX_BODY_BYTES:
-            raise BadRequest(
-                f"the body has {length} bytes; the limit is {MAX_BODY_BYTES}", status=413
-            )
-        try:
-            return json.loads(self.rfile.read(length) or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadRequest(f"the body is not valid JSON: {exc}") from None
-
-    def _complete(self, body: Any) -> dict[str, Any]:
-        from agentgym_envs.policies.hf import GenOptions
-
-        server, lm = self.server, self.server.lm
-        request: ChatRequest = parse_request(body, server.model_id)
-        messages = template_messages(request.messages, request.tools, lm.template_tools)
-        prompt = lm.prompt_ids(messages, request.tools)
-        room = lm.context_length - len(prompt)
-        max_new = request.max_tokens if request.max_tokens is not None else min(256, room)
-        if not 1 <= max_new <= room:
-            raise BadRequest(
-                f"the prompt has {len(prompt)} tokens and max_tokens is {max_new}; the "
-                f"model's context is {lm.context_length} tokens. Shorten the messages.",
-                param="messages",
-                code="context_length_exceeded",
-            )
-        seed = request.seed if request.seed is not None else server.next_seed()
-        options = GenOptions(max_new, request.temperature, request.top_p, seed, request.stop)
-        result = server.batcher.submit(prompt, options).result(timeout=REQUEST_TIMEOUT_S)
-        return completion_body(
-            server.model_id,
-            lm.fingerprint,
-            result.text,
-            result.finish,
-            (result.tokens_in, result.tokens_out),
-            request.tools,
+    model = lm.model
+    dtype = next(model.parameters()).dtype
+    try:
+        fresh = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        raise BadRequest(f"cannot load a model from {folder}: {exc}", param="path") from None
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    state = {name: tensor.to(lm.device) for name, tensor in fresh.state_dict().items()}
+    current = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    given = {name: tuple(t.shape) for name, t in state.items()}
+    if given != current or tied != bool(getattr(fresh.config, "tie_word_embeddings", False)):
+        differ = sorted(set(given.items()) ^ set(current.items()))[:3]
+        raise BadRequest(
+            f"the weights in {folder} do not fit the served model (same architecture and "
+            f"sizes expected; first differences: {differ}, tied embeddings served: {tied}); "
+            "save the trained model with save_pretrained from the served one",
+            param="path",
+            code="weights_mismatch",
         )
+    return state
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up
-            logger.debug("client went away before the reply")
+
+def _fingerprint(folder: Path) -> str:
+    from agentgym_envs.llm.models import weights_fingerprint
+
+    return weights_fingerprint(str(folder))
 
 
 def start_server(
@@ -322,7 +217,7 @@ def start_server(
         host: the address to bind.
         port: the port (0 picks a free one).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` ...
-        max_batch: the most requests generated together.
+        max_batch: the most rows (choices of requests) generated together.
         batch_wait_ms: how long a request waits for others to batch with.
         model_id: the model name clients use (default: ``model_spec``).
         seed: seeds requests that bring no ``seed``.
@@ -336,7 +231,7 @@ def start_server(
     from agentgym_envs.policies.hf import LocalLM
 
     model = lm if lm is not None else LocalLM(model_spec, device=device)
-    batcher = Batcher(model, max_batch=max_batch, wait_s=batch_wait_ms / 1000.0)
+    batcher = Batcher(RowEngine(model), max_batch=max_batch, wait_s=batch_wait_ms / 1000.0)
     try:
         server = ChatServer((host, port), model, batcher, model_id or model_spec, lm is None)
     except OSError:
@@ -352,8 +247,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
         help="serve a local model over an OpenAI-compatible API (batched)",
-        description="Serve a local model at /v1/chat/completions and /v1/models until "
-        "SIGINT or SIGTERM. Concurrent requests are generated as one batch.",
+        description="Serve a local model at /v1/chat/completions, /v1/completions (token-id "
+        "prompts) and /v1/models until SIGINT or SIGTERM; POST /v1/load_weights {path} "
+        "(loopback only) swaps in a checkpoint. Concurrent requests are generated as one "
+        "batch.",
     )
     p.add_argument(
         "--model", default="smollm2", help="smollm2 (default), a model folder or a .gguf file"

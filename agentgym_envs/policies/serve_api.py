@@ -1,27 +1,32 @@
 """Request validation and message rendering for ``agentgym serve`` (no torch here).
 
-:func:`parse_request` checks a ``/v1/chat/completions`` body and raises
-:class:`BadRequest` (an HTTP 400 with an OpenAI-style error body) for anything it cannot
-serve; :func:`template_messages` turns OpenAI messages into what a chat template takes;
-:func:`completion_body` turns generated text into the reply.
+:func:`parse_request` checks a ``/v1/chat/completions`` body and
+:func:`parse_completion_request` a ``/v1/completions`` one; both raise
+:class:`BadRequest` (an HTTP 400 with an OpenAI-style error body) for anything they
+cannot serve. :func:`template_messages` turns OpenAI messages into what a chat template
+takes; :func:`completion_body` turns generated text into a one-choice reply (the full
+reply bodies are in :mod:`.serve_reply`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym_envs.core.errors import AgentGymError
 from agentgym_envs.llm.chat import Message
-from agentgym_envs.policies.chat import parse_tool_calls, tool_calls_to_action
+from agentgym_envs.policies.chat import tool_calls_to_action
+from agentgym_envs.policies.serve_reply import chat_body, chat_choice
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP = 4
+MAX_N = 128
+MAX_TOP_LOGPROBS = 20
+MAX_PROMPTS = 64
+MAX_ROWS = 256
 TOOLS_INSTRUCTION = (
     'To call a tool, reply with only a JSON object {"name": "<tool>", "arguments": {...}}.'
 )
@@ -58,7 +63,7 @@ def completion_body(
     tokens: tuple[int, int],
     tools: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """A ``chat.completion`` object for generated ``text``.
+    """A one-choice ``chat.completion`` object for generated ``text``.
 
     With ``tools``, a tool call read from the text becomes ``message.tool_calls`` (its
     arguments as a JSON string, ``content`` null) and ``finish_reason="tool_calls"``.
@@ -71,32 +76,26 @@ def completion_body(
         tokens: (prompt tokens, completion tokens).
         tools: the tools the request offered.
     """
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    calls = parse_tool_calls(text, tools) if tools else None
-    if calls:
-        message["content"] = None
-        message["tool_calls"] = [
-            {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
-            }
-            for name, args in calls
-        ]
-        finish = "tool_calls"
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model_id,
-        "system_fingerprint": fingerprint,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": {
-            "prompt_tokens": tokens[0],
-            "completion_tokens": tokens[1],
-            "total_tokens": tokens[0] + tokens[1],
-        },
-    }
+    return chat_body(model_id, fingerprint, [chat_choice(0, text, finish, tools)], tokens)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling fields chat and text completions share."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    """Choices per prompt, each sampled independently (choice ``i > 0`` with the seed
+    derived from ``(seed, i)``; choice 0 with ``seed`` itself)."""
+    stream: bool = False
+    include_usage: bool = False
+    """Streaming: end with a chunk that carries ``usage``."""
+    return_token_ids: bool = False
+    """vLLM's extension: return the prompt's and each choice's token ids."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +109,22 @@ class ChatRequest:
     max_tokens: int | None
     seed: int | None
     stop: tuple[str, ...]
+    sampling: Sampling = Sampling()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    forced: tuple[str, ...] = ()
+    """The tools one of which the reply must call (``tool_choice`` ``"required"`` or a
+    named function); empty when the model may answer in text."""
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """A validated (text) completions request: prompts are token ids or raw text."""
+
+    prompts: list[list[int] | str]
+    sampling: Sampling
+    logprobs: int | None
+    """Alternatives per token in the legacy ``logprobs`` object (None: no logprobs)."""
 
 
 def _number(body: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
@@ -121,12 +136,27 @@ def _number(body: Mapping[str, Any], key: str, default: float, low: float, high:
     return float(value)
 
 
-def _integer(body: Mapping[str, Any], key: str, low: int) -> int | None:
+def _integer(body: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BadRequest(f"{key} must be an integer >= {low}, got {value!r}", param=key)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise BadRequest(f"{key} must be an integer {span}, got {value!r}", param=key)
+    return value
+
+
+def _flag(body: Mapping[str, Any], key: str) -> bool:
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"{key} must be true or false, got {value!r}", param=key)
     return value
 
 
@@ -164,7 +194,8 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The tools the model is shown, and the names one of which it must call."""
     tools = body.get("tools") or []
     if not isinstance(tools, list) or not all(
         isinstance(t, dict)
@@ -179,9 +210,15 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         )
     choice = body.get("tool_choice", "auto")
     if choice == "none":
-        return []
-    if choice in ("auto", "required"):
-        return tools
+        return [], ()
+    if choice == "auto":
+        return tools, ()
+    if choice == "required":
+        if not tools:
+            raise BadRequest(
+                "tool_choice 'required' needs a non-empty tools list", param="tool_choice"
+            )
+        return tools, tuple(t["function"]["name"] for t in tools)
     name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
     chosen = [t for t in tools if t["function"]["name"] == name]
     if not chosen:
@@ -191,17 +228,10 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             f"got {choice!r}",
             param="tool_choice",
         )
-    return chosen
+    return chosen, (str(name),)
 
 
-def parse_request(body: Any, model_id: str) -> ChatRequest:
-    """Validate a chat-completions body.
-
-    Raises:
-        BadRequest: the body is malformed or asks for something unsupported.
-    """
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
+def _check_model(body: Mapping[str, Any], model_id: str) -> None:
     model = body.get("model", model_id)
     if model != model_id:
         raise BadRequest(
@@ -210,10 +240,10 @@ def parse_request(body: Any, model_id: str) -> ChatRequest:
             code="model_not_found",
             status=404,
         )
-    if body.get("stream"):
-        raise BadRequest("streaming is not supported; send stream=false", param="stream")
-    if body.get("n", 1) != 1:
-        raise BadRequest(f"only n=1 is supported, got {body.get('n')!r}", param="n")
+
+
+def _sampling(body: Mapping[str, Any]) -> Sampling:
+    """The shared sampling fields of a chat or text completions body."""
     stop = body.get("stop") or ()
     stop = (stop,) if isinstance(stop, str) else stop
     if (
@@ -225,19 +255,115 @@ def parse_request(body: Any, model_id: str) -> ChatRequest:
     max_tokens = _integer(body, "max_completion_tokens", 1)
     max_tokens = max_tokens if max_tokens is not None else _integer(body, "max_tokens", 1)
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise BadRequest(f"seed must be an integer, got {seed!r}", param="seed")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63
+    ):
+        raise BadRequest(f"seed must be a 64-bit integer, got {seed!r}", param="seed")
     top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0.0:
         raise BadRequest("top_p must be > 0", param="top_p")
-    return ChatRequest(
-        messages=_messages(body.get("messages")),
-        tools=_tools(body),
+    stream = _flag(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and (not stream or not isinstance(options, dict)):
+        raise BadRequest(
+            "stream_options must be an object and needs stream=true", param="stream_options"
+        )
+    include_usage = _flag(options or {}, "include_usage")
+    return Sampling(
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=top_p,
         max_tokens=max_tokens,
         seed=seed,
         stop=tuple(stop),
+        n=_integer(body, "n", 1, MAX_N) or 1,
+        stream=stream,
+        include_usage=include_usage,
+        return_token_ids=_flag(body, "return_token_ids"),
+    )
+
+
+def parse_request(body: Any, model_id: str) -> ChatRequest:
+    """Validate a chat-completions body.
+
+    Raises:
+        BadRequest: the body is malformed or asks for something unsupported.
+    """
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    _check_model(body, model_id)
+    sampling = _sampling(body)
+    logprobs = _flag(body, "logprobs")
+    top = _integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    if top is not None and not logprobs:
+        raise BadRequest("top_logprobs needs logprobs=true", param="top_logprobs")
+    tools, forced = _tools(body)
+    return ChatRequest(
+        messages=_messages(body.get("messages")),
+        tools=tools,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        seed=sampling.seed,
+        stop=sampling.stop,
+        sampling=sampling,
+        logprobs=logprobs,
+        top_logprobs=top or 0,
+        forced=forced,
+    )
+
+
+def _prompts(value: Any) -> list[list[int] | str]:
+    """``prompt``: a string, a list of token ids, or a list of either."""
+    if isinstance(value, str) or (
+        isinstance(value, list) and value and all(isinstance(t, int) for t in value)
+    ):
+        value = [value]
+    if not isinstance(value, list) or not value or len(value) > MAX_PROMPTS:
+        raise BadRequest(
+            f"prompt must be a string, a list of token ids, or a list of up to {MAX_PROMPTS} "
+            "of those",
+            param="prompt",
+        )
+    prompts: list[list[int] | str] = []
+    for item in value:
+        ids = isinstance(item, list) and all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item
+        )
+        if not (isinstance(item, str) and item) and not (ids and item):
+            raise BadRequest(
+                "each prompt must be a non-empty string or a non-empty list of token ids "
+                f"(integers >= 0), got {str(item)[:80]!r}",
+                param="prompt",
+            )
+        prompts.append(item)
+    return prompts
+
+
+def parse_completion_request(body: Any, model_id: str) -> CompletionRequest:
+    """Validate a ``/v1/completions`` body (prompts as text or token ids).
+
+    Raises:
+        BadRequest: the body is malformed or asks for something unsupported.
+    """
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    _check_model(body, model_id)
+    if body.get("echo"):
+        raise BadRequest("echo is not supported; send echo=false", param="echo")
+    if body.get("suffix"):
+        raise BadRequest("suffix is not supported", param="suffix")
+    if body.get("best_of") not in (None, 1):
+        raise BadRequest("best_of is not supported; sample n choices instead", param="best_of")
+    sampling = _sampling(body)
+    prompts = _prompts(body.get("prompt"))
+    if len(prompts) * sampling.n > MAX_ROWS:
+        raise BadRequest(
+            f"{len(prompts)} prompts times n={sampling.n} is more than {MAX_ROWS} choices; "
+            "split the request",
+            param="n",
+        )
+    return CompletionRequest(
+        prompts=prompts, sampling=sampling, logprobs=_integer(body, "logprobs", 0, 20)
     )
 
 

@@ -1,0 +1,216 @@
+"""Native tool calling: the env side of agents that call tools through a chat API.
+
+With ``tool_mode="native"`` (an env constructor kwarg, so ``gym.make(...,
+tool_mode="native")``) an env serves agents that pass ``info["tools"]`` to their model as
+native tools and send the model's assistant message back as the action:
+
+* ``info["system"]`` keeps the env's rules but drops the text tool list and the accepted
+  action forms (the tools travel natively);
+* the action may be the assistant message as JSON, ``{"role": "assistant", "content":
+  ..., "tool_calls": [{"id": "call_x", "type": "function", "function": {...}}]}`` (or its
+  ``tool_calls`` list, or one entry); a message without tool calls is its ``content``
+  (text for the user where the env has one). Every text form of the default mode is still
+  accepted;
+* ``info["messages"]`` splits the observation by speaker, as the chat needs it: one
+  ``tool`` message per native call of the action, answering the model's own
+  ``tool_call_id`` with that call's result (a call that reached the simulated user
+  answers "Delivered to the user." and the user's words follow as a ``user`` message;
+  when one action holds several calls, each is answered under its own id); the env's own
+  text (an error, the outcome, the view, and the results of calls written as text,
+  which have no id) closes the last ``tool`` message or, when there is none, is a
+  ``user`` message. At reset it is ``[{"role": "user",
+  "content": <the task observation>}]``. ``info["tool_calls"][i]["call_id"]`` is the
+  model's id too;
+* the text observation, rewards and dynamics are those of the default ``"text"`` mode;
+  ``info["versions"]["env"]`` ends with ``+native``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from agentgym_envs.core.actions import FORMAT_NOTE
+from agentgym_envs.core.errors import ConfigError, did_you_mean
+from agentgym_envs.core.info import ToolStatus
+from agentgym_envs.core.tools import ToolResult
+from agentgym_envs.core.variants import rename_calls
+
+if TYPE_CHECKING:
+    from agentgym_envs.core.env import AgentEnv
+
+DELIVERED = "Delivered to the user."
+"""A ``tool`` message's content when the call's result is the user's reply."""
+USER_LABEL = "User: "
+"""The speaker label a user reply carries in the text observation (dropped in messages)."""
+NOT_RUN = "Not run: an earlier call of this turn ended the episode."
+
+
+class ToolMode(StrEnum):
+    """How an env expects tools to be called (see the module docstring)."""
+
+    TEXT = "text"
+    """Tool calls written in the action text; the system prompt lists tools and forms."""
+    NATIVE = "native"
+    """Tools passed natively to the model; structured ``info["messages"]`` per step."""
+
+    @classmethod
+    def coerce(cls, value: ToolMode | str) -> ToolMode:
+        """The mode named by ``value``.
+
+        Raises:
+            ConfigError: ``value`` names no mode.
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            names = [m.value for m in cls]
+            raise ConfigError(
+                f"tool_mode must be one of {names}, got {value!r}.{did_you_mean(str(value), names)}"
+            ) from None
+
+
+def system_prompt(env: AgentEnv) -> str:
+    """``info["system"]``: the env's rules, then in text mode the tool list and the
+    accepted action forms (with the example action), in native mode only how many
+    calls a turn may hold. Under a tool variant, the renamed tools."""
+    rules = env.system_rules()
+    if env.tool_variant is not None:  # the rules name tools too: follow the variant
+        rules = rename_calls(env.toolset, rules)
+    parts = [rules] if rules else []
+    if env.tool_mode is ToolMode.NATIVE:
+        calls = env.max_calls_per_step
+        per_turn = "one call per turn" if calls == 1 else f"up to {calls} calls per turn"
+        return "\n\n".join([*parts, f"Act through the tools ({per_turn})."])
+    example = rename_calls(env.toolset, env.example_action)
+    example = f"\nExample: {example}" if env.example_action else ""
+    parts += [f"Tools:\n{env.toolset.describe()}", FORMAT_NOTE + example]
+    return "\n\n".join(parts)
+
+
+def _message(action: str) -> Any:
+    """The action as JSON when it is an object or a list, else None (never raises)."""
+    text = action.strip()
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
+def record_replies(method: Callable[[Any, str], ToolResult]) -> Callable[[Any, str], ToolResult]:
+    """Wrap an env's ``on_message`` so that, in native mode, the user's replies of a
+    step are known (whichever tool delivered the message). Transparent otherwise."""
+
+    @functools.wraps(method)
+    def on_message(self: Any, text: str) -> ToolResult:
+        native: NativeTurn | None = getattr(self, "_native", None)
+        if native is None:
+            return method(self, text)
+        native.depth += 1
+        try:
+            result = method(self, text)
+        finally:
+            native.depth -= 1
+        if native.depth == 0 and result.error_code is None:
+            native.heard.append(result.text)
+        return result
+
+    return on_message
+
+
+class NativeTurn:
+    """Builds one step's ``info["messages"]`` in native mode (one per env)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.heard: list[str] = []
+        """User replies produced this step (by :func:`record_replies`)."""
+        self.depth = 0
+        self.tail: list[str] = []
+        """The env's own parts of the observation: error, outcome, view."""
+        self._messages: list[dict[str, Any]] = []
+        self._loose: list[str] = []  # results of calls the model wrote as text
+        self._step = 0
+
+    def begin(self, action: str, step: int) -> str:
+        """Start a step; the text to parse: an assistant message without tool calls is
+        its content, anything else is parsed as it is."""
+        self.ids, self.heard, self.tail, self._messages, self._loose = [], [], [], [], []
+        self._step = step
+        data = _message(action)
+        if (
+            isinstance(data, dict)
+            and data.get("role") == "assistant"
+            and not data.get("tool_calls")
+        ):
+            return _content_text(data.get("content"))
+        if isinstance(data, dict):
+            calls = data.get("tool_calls")
+            entries = calls if isinstance(calls, list) else [data]
+        else:
+            entries = data if isinstance(data, list) else []
+        self.ids = [
+            e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)
+        ]
+        if len(self.ids) != len(entries) or len(set(self.ids)) != len(self.ids):
+            self.ids = []  # only a complete, unambiguous set of ids maps onto the calls
+        return action
+
+    def call_id(self, index: int) -> str:
+        """The id of the action's ``index``-th call: the model's, else the env's."""
+        return self.ids[index] if index < len(self.ids) else f"call_{self._step}_{index}"
+
+    def answer(self, index: int, result: ToolResult | None, status: ToolStatus) -> None:
+        """Answer call ``index`` with its result (and the user's words it produced). A
+        call the model did not make natively (a text form, no id) has no ``tool``
+        message: its result joins the env's text."""
+        replies, self.heard = self.heard, []
+        if result is None:
+            text = NOT_RUN if status is ToolStatus.SKIPPED else f"The call failed ({status})."
+        else:
+            text = DELIVERED if replies and result.text in replies else result.text
+        if index < len(self.ids):
+            self._messages.append(
+                {"role": "tool", "tool_call_id": self.ids[index], "content": text}
+            )
+        elif text != DELIVERED:
+            self._loose.append(text)
+        self._messages += [_user(reply) for reply in replies]
+
+    def finish(self, refused: bool) -> list[dict[str, Any]]:
+        """The step's messages, once the observation's ``tail`` is known; ``refused``:
+        the action was refused as a whole (its error opens the tail)."""
+        messages, tail = self._messages, self.tail
+        if refused and self.ids and tail:  # each of the model's calls gets the error
+            messages = [{"role": "tool", "tool_call_id": i, "content": tail[0]} for i in self.ids]
+            tail = tail[1:]
+        messages += [_user(reply) for reply in self.heard]  # a plain message's reply
+        text = "\n\n".join(part for part in (*self._loose, *tail) if part)
+        tools = [m for m in messages if m["role"] == "tool"]
+        if tools and text:
+            tools[-1]["content"] = f"{tools[-1]['content']}\n\n{text}"
+        elif text:
+            messages.append({"role": "user", "content": text})
+        return messages
+
+
+def _content_text(content: Any) -> str:
+    """An assistant message's ``content``: a string, or the text of its text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _user(reply: str) -> dict[str, Any]:
+    return {"role": "user", "content": reply.removeprefix(USER_LABEL)}

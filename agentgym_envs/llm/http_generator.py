@@ -1,0 +1,317 @@
+"""An OpenAI-compatible HTTP backend for the generation interface (no torch here).
+
+:class:`HttpGenerator` implements :class:`~agentgym_envs.llm.generation.Generator` against
+any server whose ``/v1/completions`` endpoint takes a prompt as token ids and returns
+the sampled token ids with their log-probabilities: vLLM (0.10.2 and later, which
+returns ``token_ids`` when asked with ``return_token_ids``) and ``agentgym serve``.
+Each prompt is one request (they go out concurrently; the server batches them):
+
+.. code-block:: json
+
+    {"model": "...", "prompt": [ids], "max_tokens": n, "temperature": t, "top_p": p,
+     "seed": s, "logprobs": 0, "return_token_ids": true}
+
+and the reply's first choice gives ``token_ids``, ``logprobs.token_logprobs`` and
+``finish_reason`` (``"stop"``: the sample ended its turn).
+
+The log-probabilities must be those of the sampling distribution,
+``log softmax(logits / temperature)`` before ``top_p`` (the generation contract).
+``agentgym serve`` reports exactly that. vLLM reports raw (temperature-1) values by
+default: start it with ``--logprobs-mode processed_logprobs`` when sampling at another
+temperature, and keep ``top_p`` at 1 (vLLM's processed values are after its nucleus).
+
+Failures are split by who must act:
+
+* :class:`GenerationServerError`: the server is unreachable, timed out, answered 5xx or
+  429 after the retries, or returned no token ids. The environment side broke, not the
+  policy: a rollout should end the episode as ``env_error``;
+* :class:`GenerationRequestError`: the server refused the request (other 4xx, such as a
+  prompt longer than the context): the caller's mistake.
+
+Weights: against ``agentgym serve``, :meth:`HttpGenerator.load_weights` pushes a
+checkpoint folder (``POST /v1/load_weights``, loopback only) and every reply says which
+weights produced it, so :attr:`HttpGenerator.weights_version` follows the server. Other
+servers do not report versions: after updating their weights (restart, or the server's
+own reload mechanism), set ``generator.weights_version`` yourself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agentgym_envs.core.errors import AgentGymError, ArgumentError, ClosedError, ConfigError
+from agentgym_envs.llm.generation import Sample, SamplingSettings
+
+logger = logging.getLogger(__name__)
+
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_SEED_RANGE = 2**31  # many servers take only 32-bit seeds
+
+
+class GenerationServerError(AgentGymError, RuntimeError):
+    """The generation server failed: unreachable, timed out, 5xx or 429 after retries,
+    or a reply without token ids. An environment-side failure (``env_error``), never the
+    policy's; ``status`` is the last HTTP status (None when there was no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GenerationRequestError(AgentGymError, ValueError):
+    """The generation server refused a request (4xx other than 408/429): fix the request
+    (prompt length, model name, token ids); ``status`` is the HTTP status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class HttpGenerator:
+    """Samples from an OpenAI-compatible server that returns token ids and log-probs.
+
+    Implements :class:`~agentgym_envs.llm.generation.Generator` (see the module
+    docstring for the wire format and what each server needs).
+
+    Args:
+        base_url: the server's API root, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the model name the server serves.
+        temperature: 0 is greedy decoding.
+        top_p: nucleus mass in (0, 1].
+        seed: seeds the samples: request ``k`` of call ``c`` gets a seed derived from
+            ``(seed, c, k)``, so two generators with the same seed draw the same samples.
+        timeout_s: how long one request may take.
+        retries: extra attempts after a connection failure, timeout, 5xx or 429.
+        concurrency: requests in flight at once.
+        api_key: sent as a bearer token (default: ``$OPENAI_API_KEY`` if set).
+        weights_version: the version of the weights the server holds now.
+        extra_body: more fields for every request (e.g. ``{"top_k": 50}`` for vLLM).
+
+    Raises:
+        ConfigError: bad sampling settings, a ``base_url`` that is not http(s), or
+            non-positive ``timeout_s``/``concurrency``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        timeout_s: float = 120.0,
+        retries: int = 2,
+        concurrency: int = 16,
+        api_key: str | None = None,
+        weights_version: int = 0,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self._settings = SamplingSettings(temperature, top_p, seed)  # validates them
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if timeout_s <= 0 or concurrency < 1 or retries < 0:
+            raise ConfigError(
+                "expected timeout_s > 0, concurrency >= 1 and retries >= 0, got "
+                f"timeout_s={timeout_s}, concurrency={concurrency}, retries={retries}"
+            )
+        self.base_url, self.model = base_url.rstrip("/"), model
+        self.timeout_s, self.retries = timeout_s, retries
+        self.extra_body = dict(extra_body or {})
+        self.weights_version = weights_version
+        """The version of the weights that sample: the server's when it reports one
+        (``agentgym serve``), else what you set after updating the server's weights."""
+        self.tokens_generated = 0
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._headers = {"Content-Type": "application/json"}
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+        self._calls = 0
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="http-gen")
+        self._closed = False
+
+    @property
+    def settings(self) -> SamplingSettings:
+        """Temperature, nucleus mass and seed of every request."""
+        return self._settings
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new: Sequence[int],
+        rows: Sequence[int] | None = None,
+    ) -> list[Sample]:
+        """Sample a continuation of each prompt, at most ``max_new[i]`` tokens each.
+
+        Args:
+            prompts: Token ids of each prompt.
+            max_new: The token limit of each continuation.
+            rows: Ignored: a server keeps its own prefix cache (vLLM's automatic prefix
+                caching finds a slot's earlier turns by their tokens).
+
+        Raises:
+            GenerationServerError: the server failed (see the module docstring).
+            GenerationRequestError: the server refused a request.
+            ArgumentError: ``prompts`` and ``max_new`` differ in length.
+            ClosedError: the generator was closed.
+        """
+        if self._closed:
+            raise ClosedError("this HttpGenerator was closed; make a new one")
+        if len(prompts) != len(max_new) or (rows is not None and len(rows) != len(prompts)):
+            raise ArgumentError(
+                "expected one max_new (and one row, if rows are given) per prompt, got "
+                f"{len(prompts)} prompts and {len(max_new)} max_new"
+            )
+        self._calls += 1
+        bodies = [
+            self._body(prompt, limit, self._calls, k)
+            for k, (prompt, limit) in enumerate(zip(prompts, max_new, strict=True))
+        ]
+        futures = [self._pool.submit(self._sample, b) if b else None for b in bodies]
+        results = [f.result() if f is not None else (Sample([], [], False), None) for f in futures]
+        versions = {v for _, v in results if v is not None}
+        if versions:
+            if len(versions) > 1:
+                logger.warning("one call sampled with weights versions %s", sorted(versions))
+            self.weights_version = min(versions)  # the oldest weights that sampled
+        samples = [sample for sample, _ in results]
+        self.tokens_generated += sum(len(s.ids) for s in samples)
+        return samples
+
+    def load_weights(self, path: str) -> int:
+        """Ask ``agentgym serve`` to load a checkpoint folder (same architecture); the
+        server's new weights version, which :attr:`weights_version` takes.
+
+        Only ``agentgym serve`` has this endpoint (and only for loopback clients); for
+        another server, update its weights its own way and set :attr:`weights_version`.
+
+        Raises:
+            GenerationServerError: the server failed or has no such endpoint.
+            GenerationRequestError: the server refused the folder.
+        """
+        reply = self._post("/load_weights", {"path": path})
+        version = reply.get("weights_version")
+        if not isinstance(version, int):
+            raise GenerationServerError(
+                f"{self.base_url}/load_weights answered without a weights_version: "
+                f"{str(reply)[:200]}"
+            )
+        self.weights_version = version
+        return version
+
+    def close(self) -> None:
+        """Wait for requests in flight and stop the worker threads (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> HttpGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _body(self, prompt: Sequence[int], limit: int, call: int, k: int) -> dict[str, Any] | None:
+        if limit <= 0:
+            return None
+        settings = self._settings
+        return {
+            "model": self.model,
+            "prompt": [int(t) for t in prompt],
+            "max_tokens": int(limit),
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "seed": _derive_seed(settings.seed, call, k) % _SEED_RANGE,
+            "logprobs": 0,
+            "return_token_ids": True,
+            **self.extra_body,
+        }
+
+    def _sample(self, body: dict[str, Any]) -> tuple[Sample, int | None]:
+        reply = self._post("/completions", body)
+        try:
+            choice = reply["choices"][0]
+            ids = choice["token_ids"]
+            logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+            if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+                raise TypeError("token_ids is not a list of integers")
+            if not isinstance(logprobs, list) or len(logprobs) != len(ids):
+                raise TypeError("logprobs.token_logprobs does not match token_ids")
+            values = [float(lp) for lp in logprobs]
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise GenerationServerError(
+                f"{self.base_url}/completions returned no token ids with log-probs ({exc}); "
+                "the server must support return_token_ids and logprobs (vLLM >= 0.10.2, "
+                f"agentgym serve). Reply: {str(reply)[:200]}"
+            ) from None
+        version = reply.get("weights_version")
+        ended = choice.get("finish_reason") == "stop"
+        return Sample(list(ids), values, ended), version if isinstance(version, int) else None
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries on transient failures; the JSON reply."""
+        url, data = f"{self.base_url}{path}", json.dumps(body).encode()
+        for attempt in range(self.retries + 1):
+            try:
+                return self._once(url, data)
+            except GenerationServerError as exc:
+                if attempt == self.retries or exc.status not in (*_RETRY_STATUS, None):
+                    raise
+                logger.warning("%s (attempt %d of %d)", exc, attempt + 1, self.retries + 1)
+                time.sleep(min(8.0, 0.25 * 2**attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(self, url: str, data: bytes) -> dict[str, Any]:
+        request = urllib.request.Request(url, data=data, headers=self._headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = _error_detail(exc)
+            message = f"HTTP {exc.code} from {url}: {detail}"
+            if exc.code in _RETRY_STATUS:
+                raise GenerationServerError(message, exc.code) from None
+            raise GenerationRequestError(message, exc.code) from None
+        except urllib.error.URLError as exc:
+            raise GenerationServerError(f"cannot reach {url}: {exc.reason}") from None
+        except (TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
+            raise GenerationServerError(
+                f"{type(exc).__name__} from {url} (timeout {self.timeout_s:g} s): {exc}"
+            ) from None
+        try:
+            reply = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise GenerationServerError(f"{url} answered with no JSON: {raw[:200]!r}") from None
+        if not isinstance(reply, dict):
+            raise GenerationServerError(f"{url} answered with no JSON object: {raw[:200]!r}")
+        return reply
+
+
+def _derive_seed(*parts: int) -> int:
+    """A seed from integers such as (seed, call, prompt): reproducible, well spread."""
+    digest = hashlib.sha256(":".join(str(int(p)) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    """The ``error.message`` of an OpenAI error body, else the start of the body."""
+    try:
+        raw = exc.read()
+    except OSError:
+        return str(exc.reason)
+    try:
+        return str(json.loads(raw)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return raw[:200].decode("utf-8", errors="replace")

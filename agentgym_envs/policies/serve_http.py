@@ -1,0 +1,431 @@
+"""The request handler of ``agentgym serve``: routes, chat and text completions (plain
+and streamed) and the weight-loading endpoint. See :mod:`.serve` for what each endpoint
+accepts."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+
+from agentgym_envs.llm.generation import SamplingSettings
+from agentgym_envs.policies.chat import derive_seed
+from agentgym_envs.policies.serve_api import (
+    BadRequest,
+    ChatRequest,
+    Sampling,
+    error_body,
+    parse_completion_request,
+    parse_request,
+    template_messages,
+)
+from agentgym_envs.policies.serve_engine import Reply, RowJob
+from agentgym_envs.policies.serve_reply import (
+    Chunks,
+    chat_body,
+    chat_choice,
+    chat_delta,
+    chat_logprobs,
+    stream_tool_calls,
+    text_body,
+    text_choice,
+    text_logprobs,
+    tool_calls,
+)
+from agentgym_envs.policies.serve_stream import stream_pieces
+
+if TYPE_CHECKING:
+    from agentgym_envs.policies.serve import ChatServer
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 << 20
+REQUEST_TIMEOUT_S = 900.0
+REQUIRED_ATTEMPTS = 3
+"""Draws of a sampled ``tool_choice="required"`` reply before it is returned as text."""
+CHAT_MAX_TOKENS = 256
+"""Reply length of a chat request without ``max_tokens`` (or the room left, if less)."""
+TEXT_MAX_TOKENS = 16
+"""Reply length of a completions request without ``max_tokens`` (OpenAI's default)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a client address is this machine (``127.0.0.0/8``, ``::1``, or IPv4
+    loopback mapped into IPv6)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def _max_new(
+    server: ChatServer, prompt: Sequence[int], asked: int | None, default: int, param: str
+) -> int:
+    room = server.lm.context_length - len(prompt)
+    max_new = asked if asked is not None else min(default, room)
+    if not 1 <= max_new <= room:
+        raise BadRequest(
+            f"the prompt has {len(prompt)} tokens and max_tokens is {max_new}; the "
+            f"model's context is {server.lm.context_length} tokens. Shorten the prompt.",
+            param=param,
+            code="context_length_exceeded",
+        )
+    return max_new
+
+
+def _settings(server: ChatServer, sampling: Sampling) -> list[SamplingSettings]:
+    """One setting per choice: choice 0 uses the seed, choice i one derived from it."""
+    seed = sampling.seed if sampling.seed is not None else server.next_seed()
+    return [
+        SamplingSettings(
+            sampling.temperature, sampling.top_p, seed if i == 0 else derive_seed(seed, i)
+        )
+        for i in range(sampling.n)
+    ]
+
+
+def _replies(
+    server: ChatServer, jobs: list[RowJob], tools: Sequence[Mapping[str, Any]]
+) -> list[Reply]:
+    """Generate the jobs together; a constrained sampled reply that holds no valid call
+    is drawn again (up to :data:`REQUIRED_ATTEMPTS` draws in all)."""
+    engine = server.engine
+    futures = server.batcher.submit(jobs)
+    replies = [
+        engine.reply(j, f.result(timeout=REQUEST_TIMEOUT_S))
+        for j, f in zip(jobs, futures, strict=True)
+    ]
+    for attempt in range(1, REQUIRED_ATTEMPTS):
+        redo = [
+            i
+            for i, (job, reply) in enumerate(zip(jobs, replies, strict=True))
+            if job.tool_names
+            and job.settings.temperature > 0
+            and reply.finish == "stop"
+            and not tool_calls(reply.text, tools)
+        ]
+        if not redo:
+            break
+        again = [
+            replace(
+                jobs[i],
+                settings=replace(
+                    jobs[i].settings, seed=derive_seed(jobs[i].settings.seed, attempt)
+                ),
+            )
+            for i in redo
+        ]
+        for i, job, future in zip(redo, again, server.batcher.submit(again), strict=True):
+            replies[i] = engine.reply(job, future.result(timeout=REQUEST_TIMEOUT_S))
+    return replies
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Serves one HTTP request of a :class:`~.serve.ChatServer`."""
+
+    server: ChatServer
+    server_version = "agentgym-serve"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/v1/models":
+            model = {
+                "id": self.server.model_id,
+                "object": "model",
+                "created": self.server.created,
+                "owned_by": "agentgym",
+                "weights_version": self.server.weights_version,
+            }
+            self._send(200, {"object": "list", "data": [model]})
+        elif self.path.rstrip("/") == "/health":
+            self._send(200, {"status": "ok"})
+        else:
+            self._send(404, error_body(f"no route GET {self.path}", "not_found_error"))
+
+    def do_POST(self) -> None:
+        routes = {
+            "/v1/chat/completions": self._chat,
+            "/v1/completions": self._completions,
+            "/v1/load_weights": self._load_weights,
+        }
+        route = routes.get(self.path.rstrip("/"))
+        try:
+            if route is None:
+                self._send(404, error_body(f"no route POST {self.path}", "not_found_error"))
+                return
+            route(self._body())
+        except BadRequest as exc:
+            self._send(exc.status, error_body(str(exc), exc.kind, exc.param, exc.code))
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up mid-stream
+            logger.debug("client went away before the reply ended")
+        except Exception as exc:  # the server must survive anything a request does
+            logger.exception("request to %s failed", self.path)
+            self._send(
+                500, error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error")
+            )
+
+    def _body(self) -> Any:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise BadRequest("Content-Length is not a number") from None
+        if length > MAX_BODY_BYTES:
+            raise BadRequest(
+                f"the body has {length} bytes; the limit is {MAX_BODY_BYTES}", status=413
+            )
+        try:
+            return json.loads(self.rfile.read(length) or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"the body is not valid JSON: {exc}") from None
+
+    # -- chat completions --------------------------------------------------------------------
+
+    def _chat(self, body: Any) -> None:
+        server, lm = self.server, self.server.lm
+        request = parse_request(body, server.model_id)
+        messages = template_messages(request.messages, request.tools, lm.template_tools)
+        prompt = lm.prompt_ids(messages, request.tools)
+        max_new = _max_new(server, prompt, request.max_tokens, CHAT_MAX_TOKENS, "messages")
+        top = request.top_logprobs if request.logprobs else 0
+        jobs = [
+            RowJob(prompt, max_new, settings, request.stop, top, request.forced)
+            for settings in _settings(server, request.sampling)
+        ]
+        if request.sampling.stream:
+            self._stream_chat(request, prompt, jobs)
+            return
+        replies = _replies(server, jobs, request.tools)
+        choices = [self._chat_choice(i, reply, request) for i, reply in enumerate(replies)]
+        ids = request.sampling.return_token_ids
+        tokens = (len(prompt), sum(len(r.ids) for r in replies))
+        self._send(
+            200,
+            chat_body(
+                server.model_id,
+                server.fingerprint,
+                choices,
+                tokens,
+                prompt_ids=prompt if ids else None,
+                weights_version=server.weights_version,
+            ),
+        )
+
+    def _token_text(self, token: int) -> str:
+        return str(self.server.lm.tokenizer.decode([token]))
+
+    def _chat_choice(self, index: int, reply: Reply, request: ChatRequest) -> dict[str, Any]:
+        logprobs = (
+            chat_logprobs(reply.ids, reply.logprobs, reply.top, self._token_text)
+            if request.logprobs
+            else None
+        )
+        ids = reply.ids if request.sampling.return_token_ids else None
+        return chat_choice(
+            index, reply.text, reply.finish, request.tools, logprobs=logprobs, token_ids=ids
+        )
+
+    def _stream_chat(self, request: ChatRequest, prompt: list[int], jobs: list[RowJob]) -> None:
+        server, sampling = self.server, request.sampling
+        chunks = Chunks(True, server.model_id, server.fingerprint, server.weights_version)
+        self._start_stream()
+        head = {"prompt_token_ids": prompt} if sampling.return_token_ids else {}
+        for i in range(len(jobs)):
+            role = chat_delta(i, {"role": "assistant", "content": ""})
+            self._event(chunks.of([role], **(head if i == 0 else {})))
+        try:
+            if request.tools:  # a call is told from text only once complete
+                out = self._stream_whole_replies(request, jobs, chunks)
+            else:
+                out = self._stream_chat_tokens(request, jobs, chunks)
+            if sampling.include_usage:
+                self._event(chunks.usage((len(prompt), out)))
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as exc:  # headers are out: the error becomes an event
+            logger.exception("streamed chat completion failed")
+            self._event(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"))
+        self._end_stream()
+
+    def _stream_whole_replies(
+        self, request: ChatRequest, jobs: list[RowJob], chunks: Chunks
+    ) -> int:
+        """Each choice in one chunk (content or tool calls) and its finish; tokens out."""
+        out = 0
+        for i, reply in enumerate(_replies(self.server, jobs, request.tools)):
+            out += len(reply.ids)
+            choice = self._chat_choice(i, reply, request)
+            calls = choice["message"].get("tool_calls")
+            delta = {"tool_calls": stream_tool_calls(calls)} if calls else {"content": reply.text}
+            whole = chat_delta(
+                i, delta, logprobs=choice["logprobs"], token_ids=choice.get("token_ids")
+            )
+            self._event(chunks.of([whole]))
+            self._event(chunks.of([chat_delta(i, {}, choice["finish_reason"])]))
+        return out
+
+    def _stream_chat_tokens(self, request: ChatRequest, jobs: list[RowJob], chunks: Chunks) -> int:
+        """A chunk per sampled token (text, log-probs, ids as asked); tokens out."""
+        sampling, out = request.sampling, 0
+        for piece in stream_pieces(
+            self.server.engine, self.server.batcher, jobs, REQUEST_TIMEOUT_S
+        ):
+            out += len(piece.ids)
+            detail = bool(piece.ids) and (request.logprobs or sampling.return_token_ids)
+            if not (piece.text or piece.finish or detail):
+                continue
+            logprobs = (
+                chat_logprobs(piece.ids, piece.logprobs, piece.top, self._token_text)
+                if request.logprobs and piece.ids
+                else None
+            )
+            delta = {"content": piece.text} if piece.text else {}
+            ids = piece.ids if sampling.return_token_ids else None
+            self._event(
+                chunks.of(
+                    [chat_delta(piece.index, delta, piece.finish, logprobs=logprobs, token_ids=ids)]
+                )
+            )
+        return out
+
+    # -- text completions (token ids in, token ids out) ----------------------------------------
+
+    def _completions(self, body: Any) -> None:
+        server = self.server
+        request = parse_completion_request(body, server.model_id)
+        sampling = request.sampling
+        vocab = server.engine.vocab_size
+        jobs: list[RowJob] = []
+        for prompt in request.prompts:
+            ids = (
+                prompt
+                if isinstance(prompt, list)
+                else list(server.lm.tokenizer(prompt)["input_ids"])
+            )
+            if any(t >= vocab for t in ids):
+                raise BadRequest(
+                    f"token ids must be below the vocabulary size {vocab}, got {max(ids)}",
+                    param="prompt",
+                )
+            max_new = _max_new(server, ids, sampling.max_tokens, TEXT_MAX_TOKENS, "prompt")
+            top = request.logprobs or 0
+            jobs += [
+                RowJob(ids, max_new, s, sampling.stop, top) for s in _settings(server, sampling)
+            ]
+        prompt_tokens = sum(len(j.prompt) for j in jobs[:: sampling.n])
+        if sampling.stream:
+            self._stream_text(request.logprobs, sampling, jobs, prompt_tokens)
+            return
+        replies = _replies(server, jobs, ())
+        choices = [
+            text_choice(
+                i,
+                reply.text,
+                reply.finish,
+                logprobs=self._text_logprobs(
+                    request.logprobs, reply.ids, reply.logprobs, reply.top
+                ),
+                token_ids=reply.ids if sampling.return_token_ids else None,
+                prompt_ids=job.prompt if sampling.return_token_ids else None,
+            )
+            for i, (job, reply) in enumerate(zip(jobs, replies, strict=True))
+        ]
+        tokens = (prompt_tokens, sum(len(r.ids) for r in replies))
+        self._send(
+            200,
+            text_body(server.model_id, server.fingerprint, choices, tokens, server.weights_version),
+        )
+
+    def _text_logprobs(
+        self, wanted: int | None, ids: list[int], logprobs: list[float], top: Any, offset: int = 0
+    ) -> dict[str, Any] | None:
+        if wanted is None or not ids:
+            return None
+        return text_logprobs(ids, logprobs, top, self._token_text, offset)
+
+    def _stream_text(
+        self, wanted: int | None, sampling: Sampling, jobs: list[RowJob], prompt_tokens: int
+    ) -> None:
+        server = self.server
+        chunks = Chunks(False, server.model_id, server.fingerprint, server.weights_version)
+        self._start_stream()
+        if sampling.return_token_ids:
+            for i, job in enumerate(jobs):
+                self._event(chunks.of([text_choice(i, "", None, prompt_ids=job.prompt)]))
+        out, offsets = 0, [0] * len(jobs)
+        try:
+            for piece in stream_pieces(server.engine, server.batcher, jobs, REQUEST_TIMEOUT_S):
+                out += len(piece.ids)
+                detail = bool(piece.ids) and (wanted is not None or sampling.return_token_ids)
+                if not (piece.text or piece.finish or detail):
+                    continue
+                logprobs = self._text_logprobs(
+                    wanted, piece.ids, piece.logprobs, piece.top, offsets[piece.index]
+                )
+                offsets[piece.index] += len(piece.text)
+                ids = piece.ids if sampling.return_token_ids else None
+                choice = text_choice(
+                    piece.index, piece.text, piece.finish, logprobs=logprobs, token_ids=ids
+                )
+                self._event(chunks.of([choice]))
+            if sampling.include_usage:
+                self._event(chunks.usage((prompt_tokens, out)))
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as exc:
+            logger.exception("streamed completion failed")
+            self._event(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"))
+        self._end_stream()
+
+    # -- weights -----------------------------------------------------------------------------
+
+    def _load_weights(self, body: Any) -> None:
+        if not is_loopback(str(self.client_address[0])):
+            raise BadRequest(
+                "load_weights is served to loopback clients only (127.0.0.1, ::1): call it "
+                "from the server's own machine",
+                status=403,
+                kind="permission_error",
+            )
+        path = body.get("path") if isinstance(body, dict) else None
+        if not isinstance(path, str) or not path:
+            raise BadRequest('the body must be {"path": "<model folder>"}', param="path")
+        version = self.server.load_weights(path)
+        self._send(200, {"weights_version": version, "system_fingerprint": self.server.fingerprint})
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up
+            logger.debug("client went away before the reply")
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _event(self, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False)
+        self.wfile.write(f"data: {data}\n\n".encode())
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()

@@ -1,0 +1,251 @@
+"""Reply bodies of ``agentgym serve`` (no torch here): chat and text completions, their
+stream chunks, log-probabilities in OpenAI's two formats, and token ids in vLLM's shape.
+
+Token ids follow vLLM's ``return_token_ids`` extension: a chat completion carries
+``prompt_token_ids`` at the top level and ``token_ids`` in each choice; a text
+completion carries both in each choice (its prompts may differ). In a stream, the
+prompt's ids come in the first chunk and each chunk's ``token_ids`` are the ids it adds.
+Every body also says ``weights_version``: the server's count of weight loads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from agentgym_envs.policies.chat import parse_tool_calls
+
+TokenText = Callable[[int], str]
+"""The text of one token id, as a logprob entry shows it."""
+
+
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    """An OpenAI ``usage`` object."""
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def tool_calls(text: str, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
+    """The OpenAI ``tool_calls`` a text holds (arguments as JSON strings), else None."""
+    calls = parse_tool_calls(text, tools) if tools else None
+    if not calls:
+        return None
+    return [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+        }
+        for name, args in calls
+    ]
+
+
+def _entry(token: int, logprob: float, text: TokenText) -> dict[str, Any]:
+    shown = text(token)
+    return {"token": shown, "logprob": logprob, "bytes": list(shown.encode("utf-8"))}
+
+
+def chat_logprobs(
+    ids: Sequence[int],
+    logprobs: Sequence[float],
+    top: Sequence[Sequence[tuple[int, float]]],
+    text: TokenText,
+) -> dict[str, Any]:
+    """Chat ``logprobs``: one ``content`` entry per sampled token (the end-of-turn token
+    included, so entries line up with ``token_ids``), with its ``top_logprobs``."""
+    return {
+        "content": [
+            {
+                **_entry(token, lp, text),
+                "top_logprobs": [_entry(alt, alt_lp, text) for alt, alt_lp in alternatives],
+            }
+            for token, lp, alternatives in zip(ids, logprobs, top, strict=True)
+        ]
+    }
+
+
+def text_logprobs(
+    ids: Sequence[int],
+    logprobs: Sequence[float],
+    top: Sequence[Sequence[tuple[int, float]]],
+    text: TokenText,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """The legacy completions ``logprobs`` object: tokens, their log-probs, a dict of
+    alternatives per token (the sampled token included) and character offsets."""
+    tokens = [text(token) for token in ids]
+    offsets, at = [], offset
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    tops = []
+    for sampled, lp, alternatives in zip(ids, logprobs, top, strict=True):
+        row = {text(alt): alt_lp for alt, alt_lp in alternatives}
+        row.setdefault(text(sampled), lp)
+        tops.append(row)
+    return {
+        "tokens": tokens,
+        "token_logprobs": list(logprobs),
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def chat_choice(
+    index: int,
+    text: str,
+    finish: str,
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    logprobs: dict[str, Any] | None = None,
+    token_ids: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """One chat choice; a tool call read from the text becomes ``message.tool_calls``
+    (``content`` null) with ``finish_reason="tool_calls"``."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    calls = tool_calls(text, tools)
+    if calls:
+        message["content"] = None
+        message["tool_calls"] = calls
+        finish = "tool_calls"
+    choice: dict[str, Any] = {
+        "index": index,
+        "message": message,
+        "finish_reason": finish,
+        "logprobs": logprobs,
+    }
+    if token_ids is not None:
+        choice["token_ids"] = list(token_ids)
+    return choice
+
+
+def chat_body(
+    model_id: str,
+    fingerprint: str,
+    choices: list[dict[str, Any]],
+    tokens: tuple[int, int],
+    *,
+    prompt_ids: Sequence[int] | None = None,
+    weights_version: int | None = None,
+) -> dict[str, Any]:
+    """A ``chat.completion`` object."""
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_id,
+        "system_fingerprint": fingerprint,
+        "choices": choices,
+        "usage": usage(*tokens),
+    }
+    if prompt_ids is not None:
+        body["prompt_token_ids"] = list(prompt_ids)
+    if weights_version is not None:
+        body["weights_version"] = weights_version
+    return body
+
+
+def text_choice(
+    index: int,
+    text: str,
+    finish: str | None,
+    *,
+    logprobs: dict[str, Any] | None = None,
+    token_ids: Sequence[int] | None = None,
+    prompt_ids: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """One text-completion choice (also a stream chunk's choice)."""
+    choice: dict[str, Any] = {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish,
+    }
+    if token_ids is not None:
+        choice["token_ids"] = list(token_ids)
+    if prompt_ids is not None:
+        choice["prompt_token_ids"] = list(prompt_ids)
+    return choice
+
+
+def text_body(
+    model_id: str,
+    fingerprint: str,
+    choices: list[dict[str, Any]],
+    tokens: tuple[int, int],
+    weights_version: int,
+) -> dict[str, Any]:
+    """A ``text_completion`` object."""
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model_id,
+        "system_fingerprint": fingerprint,
+        "choices": choices,
+        "usage": usage(*tokens),
+        "weights_version": weights_version,
+    }
+
+
+class Chunks:
+    """Builds the chunks of one streamed response (same id and creation time).
+
+    Args:
+        chat: chat completion chunks (else text completion chunks).
+        model_id: the served model's id.
+        fingerprint: ``system_fingerprint``.
+        weights_version: the server's weights version.
+    """
+
+    def __init__(self, chat: bool, model_id: str, fingerprint: str, weights_version: int) -> None:
+        prefix, self.kind = (
+            ("chatcmpl", "chat.completion.chunk") if chat else ("cmpl", "text_completion")
+        )
+        self._head = {
+            "id": f"{prefix}-{uuid.uuid4().hex}",
+            "object": self.kind,
+            "created": int(time.time()),
+            "model": model_id,
+            "system_fingerprint": fingerprint,
+            "weights_version": weights_version,
+        }
+
+    def of(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        """A chunk with these choices (and extra top-level fields)."""
+        return {**self._head, "choices": choices, **extra}
+
+    def usage(self, tokens: tuple[int, int]) -> dict[str, Any]:
+        """The closing chunk of ``stream_options.include_usage``: no choices, usage."""
+        return {**self._head, "choices": [], "usage": usage(*tokens)}
+
+
+def chat_delta(
+    index: int,
+    delta: dict[str, Any],
+    finish: str | None = None,
+    *,
+    logprobs: dict[str, Any] | None = None,
+    token_ids: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """One choice of a chat stream chunk."""
+    choice: dict[str, Any] = {
+        "index": index,
+        "delta": delta,
+        "logprobs": logprobs,
+        "finish_reason": finish,
+    }
+    if token_ids is not None:
+        choice["token_ids"] = list(token_ids)
+    return choice
+
+
+def stream_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tool_calls`` as a stream delta shows them: each with its ``index``."""
+    return [{"index": i, **call} for i, call in enumerate(calls)]
