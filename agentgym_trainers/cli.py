@@ -11,7 +11,7 @@ from rich.table import Table
 
 from agentgym_envs.cli import TRAIN_INSTALL
 from agentgym_envs.core.errors import ConfigError
-from trainers.config import TrainConfig, add_arguments, from_args
+from agentgym_trainers.config import TrainConfig, add_arguments, from_args
 
 SHOWN = ("reward", "success", "kl", "entropy", "clip_frac", "grad_norm", "time_step_s")
 
@@ -35,7 +35,7 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
     try:  # torch and transformers load only for this command
         from transformers.utils import logging as hf_logging
 
-        from trainers.run import train
+        from agentgym_trainers.run import train
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in TRAIN_EXTRA:
             raise

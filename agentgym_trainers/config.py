@@ -27,7 +27,8 @@ from typing import Any, ClassVar, Literal
 
 from agentgym_envs.core.errors import ConfigError
 
-# The algo names and their two config-time properties mirror trainers/algorithms/registry.py
+# The algo names and their two config-time properties mirror
+# agentgym_trainers/algorithms/registry.py
 # (this module stays free of torch, so the CLI loads without it);
 # tests/trainers/test_algorithms.py checks that the two agree.
 Algo = Literal["grpo", "rloo", "reinforce", "ppo", "sft"]

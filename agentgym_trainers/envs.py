@@ -186,4 +186,6 @@ def register() -> None:
     """Register the fixtures (idempotent)."""
     env_id = f"{NAMESPACE}/DigitFraction-v0"
     if env_id not in gym.registry:
-        gym.register(env_id, entry_point="trainers.envs:DigitFractionEnv", max_episode_steps=1)
+        gym.register(
+            env_id, entry_point="agentgym_trainers.envs:DigitFractionEnv", max_episode_steps=1
+        )

@@ -1,11 +1,11 @@
-"""The committed CPU learning recipes (run by ``python -m trainers.learn``).
+"""The committed CPU learning recipes (run by ``python -m agentgym_trainers.learn``).
 
 Each recipe's ``why`` says why it works; docs/results/README.md has the numbers.
 """
 
 from __future__ import annotations
 
-from trainers.learn import ModelShape, Recipe
+from agentgym_trainers.learn import ModelShape, Recipe
 
 # What every recipe shares: a from-scratch model learns nothing from the env's constant
 # system prompt, so it is left out (sequences are about half as long); 200 held-out test

@@ -18,13 +18,13 @@ import torch
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.llm.sampler import Sampler
-from trainers import distributed as dist
-from trainers.algorithms.sft import SFT
-from trainers.batch import TrainSeq, agent_forward, collate
-from trainers.config import TrainConfig
-from trainers.rollout import RolloutJob, Trajectory
-from trainers.runlog import read_metrics
-from trainers.trainer import Trainer, _chunks, env_seed, task_ids
+from agentgym_trainers import distributed as dist
+from agentgym_trainers.algorithms.sft import SFT
+from agentgym_trainers.batch import TrainSeq, agent_forward, collate
+from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.rollout import RolloutJob, Trajectory
+from agentgym_trainers.runlog import read_metrics
+from agentgym_trainers.trainer import Trainer, _chunks, env_seed, task_ids
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
 
 def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str, float]]:
     """Imitate oracle trajectories: token-mean NLL on agent tokens only (the imitation
-    targets of :class:`~trainers.algorithms.sft.SFT`)."""
+    targets of :class:`~agentgym_trainers.algorithms.sft.SFT`)."""
     cfg = trainer.cfg
     trajs = oracle_trajectories(trainer, episodes)
     seqs, _ = SFT(cfg, trainer).advantages(trajs)

@@ -6,7 +6,7 @@ One RL step:
    times with one env seed (a GRPO/RLOO group);
 2. roll out every episode with the current policy (version ``v``), keeping the sampled
    ids and their log-probabilities;
-3. compute advantages with the run's algorithm family (``trainers/algorithms/``: GRPO,
+3. compute advantages with the run's algorithm family (``agentgym_trainers/algorithms/``: GRPO,
    RLOO, REINFORCE with a running baseline, or PPO's GAE over agent tokens); env-error
    episodes and groups with fewer than 2 valid members are dropped here and never reach
    the loss;
@@ -40,17 +40,23 @@ from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.engine import StaticEngine, supports
 from agentgym_envs.llm.models import load_model, resolve_device
 from agentgym_envs.llm.sampler import Sampler
-from trainers import distributed as dist
-from trainers.algorithms import LossConfig, kl_k3, lag_keep_mask, step_loss, truncated_is_weights
-from trainers.algorithms.registry import make_algorithm
-from trainers.batch import TrainSeq, agent_forward, collate
-from trainers.config import TrainConfig
-from trainers.curriculum import CurriculumSampler
-from trainers.envs import register as register_fixtures
-from trainers.model import ValueHead
-from trainers.records import stored_episode
-from trainers.rollout import RolloutJob, RolloutRunner, Trajectory
-from trainers.runlog import RunLogger
+from agentgym_trainers import distributed as dist
+from agentgym_trainers.algorithms import (
+    LossConfig,
+    kl_k3,
+    lag_keep_mask,
+    step_loss,
+    truncated_is_weights,
+)
+from agentgym_trainers.algorithms.registry import make_algorithm
+from agentgym_trainers.batch import TrainSeq, agent_forward, collate
+from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.curriculum import CurriculumSampler
+from agentgym_trainers.envs import register as register_fixtures
+from agentgym_trainers.model import ValueHead
+from agentgym_trainers.records import stored_episode
+from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
+from agentgym_trainers.runlog import RunLogger
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +109,11 @@ class Trainer:
         self.device = resolve_device(config.policy.device, dist.local_rank())
         register_fixtures()
         torch.manual_seed(config.data.seed)
-        # fp32 master weights; forward passes run in bf16 on GPU (trainers.precision)
+        # fp32 master weights; forward passes run in bf16 on GPU (agentgym_trainers.precision)
         self.lm, self.tokenizer = load_model(
             config.policy.model, device=self.device, dtype=torch.float32, seed=config.data.seed
         )
-        # the algorithm family turns rollouts into advantages (trainers/algorithms/)
+        # the algorithm family turns rollouts into advantages (agentgym_trainers/algorithms/)
         self.algorithm = make_algorithm(config, self)
         self.value_head: ValueHead | None = None
         if self.algorithm.needs_value_head:

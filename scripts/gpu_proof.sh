@@ -71,7 +71,7 @@ run() {
   "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers",
 transformers.__version__, "cuda", torch.cuda.is_available() and torch.cuda.get_device_name())'
   if [ "${SKIP_BENCH:-0}" != 1 ]; then
-    "$PY" -m trainers.bench --model "$MODEL" --device "$DEVICE" --run-dir /tmp/agentgym-runs \
+    "$PY" -m agentgym_trainers.bench --model "$MODEL" --device "$DEVICE" --run-dir /tmp/agentgym-runs \
       --out "$OUT/bench.json" "${BENCH[@]}"
   fi
   run_dir=/tmp/agentgym-runs/proof

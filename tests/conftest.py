@@ -32,7 +32,7 @@ def agentgym_cache(
     """One model cache for the whole session (trainer and policy tests share the SmolLM2
     conversion), in pytest's cache folder so it also survives between sessions; never
     the user's cache."""
-    cache = request.config.cache  # None under -p no:cacheprovider: then one per session
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     if cache is not None:
         root = Path(cache.mkdir("agentgym-model-cache"))
     else:

@@ -120,9 +120,9 @@ def test_train_is_added_through_its_entry_point(capsys) -> None:
     from agentgym_envs.cli import SUBCOMMAND_GROUP, build_parser
 
     points = {p.name: p.value for p in entry_points(group=SUBCOMMAND_GROUP)}
-    assert points.get("train") == "trainers.cli:add_parser"
+    assert points.get("train") == "agentgym_trainers.cli:add_parser"
     args = build_parser().parse_args(["train", "--model", "tiny", "--steps", "1"])
-    assert args.func.__module__ == "trainers.cli" and args.model == "tiny"
+    assert args.func.__module__ == "agentgym_trainers.cli" and args.model == "tiny"
 
 
 def test_train_without_the_trainer_says_how_to_install_it(capsys, monkeypatch) -> None:

@@ -1,6 +1,6 @@
 """Dependencies point one way (DESIGN.md section 1), checked on the source with ``ast``.
 
-* No module of ``agentgym_envs`` imports ``trainers``: the trainer depends on the envs,
+* No module of ``agentgym_envs`` imports ``agentgym_trainers``: the trainer depends on the envs,
   never the reverse (``agentgym train`` is added through an entry point).
 * There is no import cycle among ``agentgym_envs`` modules. Imports at module level and
   inside functions both count (a function-level import only hides a cycle until the
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("agentgym_envs", "trainers")
+PACKAGES = ("agentgym_envs", "agentgym_trainers")
 
 
 def module_files() -> dict[str, tuple[Path, bool]]:
@@ -64,8 +64,8 @@ def _known(name: str) -> str | None:
 def imports_of(module: str) -> list[tuple[str, int]]:
     """(imported name, line) for each import that ``module`` runs, relative ones resolved.
 
-    Names outside our packages are kept as written (``torch``, ``trainers.x`` ...), so the
-    trainer check sees ``trainers`` even where no such module file exists.
+    Names outside our packages are kept as written (``torch``, ``agentgym_trainers.x`` ...), so the
+    trainer check sees ``agentgym_trainers`` even where no such module file exists.
     """
     path, is_package = MODULES[module]
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -176,9 +176,9 @@ def describe(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
 
 def test_the_scan_sees_both_packages_and_their_imports() -> None:
     # a guard against a scan that silently finds nothing
-    assert "agentgym_envs.cli" in MODULES and "trainers.trainer" in MODULES
+    assert "agentgym_envs.cli" in MODULES and "agentgym_trainers.trainer" in MODULES
     assert "agentgym_envs.llm.sampler" in MODULES
-    trainer = dict(imports_of("trainers.trainer"))
+    trainer = dict(imports_of("agentgym_trainers.trainer"))
     assert "agentgym_envs.llm.sampler" in trainer
     graph = import_graph()
     assert "agentgym_envs.llm.template" in graph["agentgym_envs.llm.chat"]
@@ -190,10 +190,11 @@ def test_no_agentgym_envs_module_imports_the_trainer() -> None:
         for module in MODULES
         if module.startswith("agentgym_envs")
         for name, line in imports_of(module)
-        if name == "trainers" or name.startswith("trainers.")
+        if name == "agentgym_trainers" or name.startswith("agentgym_trainers.")
     ]
     assert not offenders, (
-        "agentgym_envs must not depend on trainers (trainers depends on agentgym_envs); "
+        "agentgym_envs must not depend on agentgym_trainers (the trainer depends on "
+        "agentgym_envs); "
         "move the shared code into agentgym_envs (llm/ for model code) or add the feature "
         "through an entry point:\n" + "\n".join(offenders)
     )
@@ -221,7 +222,7 @@ def test_imports_inside_functions_count_and_type_checking_ones_do_not(tmp_path: 
         "    from agentgym_envs.cli import main\n"
         "def f():\n"
         "    from agentgym_envs.core import errors\n"
-        "    import trainers.model\n"
+        "    import agentgym_trainers.model\n"
     )
     tree = ast.parse(source)
     names = [
@@ -229,4 +230,4 @@ def test_imports_inside_functions_count_and_type_checking_ones_do_not(tmp_path: 
         for n in _runtime_nodes(tree)
         if isinstance(n, ast.Import | ast.ImportFrom)
     ]
-    assert names == ["typing", "agentgym_envs.core", "trainers.model"]
+    assert names == ["typing", "agentgym_envs.core", "agentgym_trainers.model"]

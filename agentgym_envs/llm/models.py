@@ -28,6 +28,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import torch
+import transformers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -159,27 +160,65 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
     return target
 
 
+GGUF_SPECIAL_TOKENS = {
+    "bos": "tokenizer.ggml.bos_token_id",
+    "eos": "tokenizer.ggml.eos_token_id",
+    "unk": "tokenizer.ggml.unknown_token_id",
+    "pad": "tokenizer.ggml.padding_token_id",
+}
+"""The special-token roles a GGUF file's metadata names, by metadata key."""
+
+
+def gguf_special_token_ids(path: Path) -> dict[str, int]:
+    """Return the special-token ids (``{"bos": 1, "eos": 2, ...}``) a GGUF file declares."""
+    import gguf  # the "train" extra; only GGUF loading needs it
+
+    reader = gguf.GGUFReader(str(path))
+    ids: dict[str, int] = {}
+    for role, key in GGUF_SPECIAL_TOKENS.items():
+        field = reader.fields.get(key)
+        if field is not None and field.data:
+            ids[role] = int(field.parts[field.data[0]][0])
+    return ids
+
+
+def _gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of a GGUF file, with the special tokens its metadata declares.
+
+    transformers reads the vocabulary from the file, but some versions (5.10, the one verl
+    pins) take the bos token for eos and pad, so generation would never stop on
+    ``<|im_end|>``. The metadata is the file's own word, so it wins.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    for role, token_id in gguf_special_token_ids(path).items():
+        setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+    return tokenizer
+
+
 def _convert_tokenizer(folder: Path) -> None:
-    gguf = smollm2_gguf()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tokenizer.save_pretrained(str(folder))
+    _gguf_tokenizer(smollm2_gguf()).save_pretrained(str(folder))
 
 
 def _convert_model(folder: Path) -> None:
     gguf = smollm2_gguf()
     model = _from_gguf(gguf, dtype=torch.float32)
     model.save_pretrained(str(folder))
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tokenizer.save_pretrained(str(folder))
+    _gguf_tokenizer(gguf).save_pretrained(str(folder))
+
+
+def _converted_name() -> str:
+    """The cache folder name of a SmolLM2 conversion: the conversion is transformers' code,
+    so each transformers version (the main venv's, verl's pinned one) keeps its own."""
+    return f"{SMOLLM2_NAME}-transformers-{transformers.__version__}"
 
 
 def smollm2_tokenizer_dir() -> Path:
     """Return a Hugging Face folder with only the SmolLM2 tokenizer, converting it once.
 
     Reading the tokenizer from the GGUF file takes seconds; from this folder it is fast.
-    The folder is ``cache_root()/tokenizers/SmolLM2-135M-Instruct``.
+    The folder is ``cache_root()/tokenizers/SmolLM2-135M-Instruct-transformers-<version>``.
     """
-    target = cache_root() / "tokenizers" / SMOLLM2_NAME
+    target = cache_root() / "tokenizers" / _converted_name()
     if not (target / COMPLETE_MARKER).is_file():
         logger.info("Converting the SmolLM2 tokenizer into %s (once)", target)
     return _build_once(target, _convert_tokenizer)
@@ -190,9 +229,9 @@ def smollm2_model_dir() -> Path:
 
     De-quantizing the GGUF weights takes about half a minute; loading the converted
     folder takes well under a second. The folder is
-    ``cache_root()/models/SmolLM2-135M-Instruct``.
+    ``cache_root()/models/SmolLM2-135M-Instruct-transformers-<version>``.
     """
-    target = cache_root() / "models" / SMOLLM2_NAME
+    target = cache_root() / "models" / _converted_name()
     if not (target / COMPLETE_MARKER).is_file():
         logger.info("Converting SmolLM2 GGUF weights into %s (once, about 30 s)", target)
     return _build_once(target, _convert_model)
@@ -264,11 +303,12 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
         ConfigError: The spec is unknown, or the SmolLM2 package is missing.
     """
     kind, path = _resolve(spec)
+    tokenizer: PreTrainedTokenizerBase
     if kind in NAMED_SPECS:
         tokenizer = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir()))
     elif kind == "gguf":
         assert path is not None
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        tokenizer = _gguf_tokenizer(path)
     else:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     return _prepare_tokenizer(tokenizer)

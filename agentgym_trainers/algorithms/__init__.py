@@ -3,11 +3,11 @@
 The pure functions (``advantages``, ``losses``, ``offpolicy``) touch no model and no env;
 everything there is tested by hand. On them, one module per algorithm family turns a
 rollout batch into advantages: ``group`` (GRPO, RLOO), ``reinforce``, ``ppo`` and ``sft``,
-each an :class:`~trainers.algorithms.base.Algorithm` that
-:mod:`~trainers.algorithms.registry` maps from the ``algo`` name.
+each an :class:`~agentgym_trainers.algorithms.base.Algorithm` that
+:mod:`~agentgym_trainers.algorithms.registry` maps from the ``algo`` name.
 """
 
-from trainers.algorithms.advantages import (
+from agentgym_trainers.algorithms.advantages import (
     RunningBaseline,
     discounted_returns,
     gae,
@@ -19,7 +19,7 @@ from trainers.algorithms.advantages import (
     whiten_with,
     zero_variance_groups,
 )
-from trainers.algorithms.losses import (
+from agentgym_trainers.algorithms.losses import (
     KL_ESTIMATORS,
     STAT_KEYS,
     LossConfig,
@@ -31,7 +31,7 @@ from trainers.algorithms.losses import (
     step_loss,
     value_loss,
 )
-from trainers.algorithms.offpolicy import lag_keep_mask, truncated_is_weights
+from agentgym_trainers.algorithms.offpolicy import lag_keep_mask, truncated_is_weights
 
 __all__ = [
     "KL_ESTIMATORS",

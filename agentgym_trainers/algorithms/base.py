@@ -1,10 +1,10 @@
 """The algorithm interface, and the steps every algorithm family shares.
 
 An :class:`Algorithm` turns one rollout batch into training sequences whose per-token
-``advantages`` the shared loss (:func:`~trainers.algorithms.losses.step_loss`) weights.
+``advantages`` the shared loss (:func:`~agentgym_trainers.algorithms.losses.step_loss`) weights.
 Each family lives in a module of its own and reads top to bottom: ``group`` (GRPO, RLOO),
 ``reinforce`` (a running baseline), ``ppo`` (value head, GAE, bootstrap) and ``sft``
-(imitation). :mod:`trainers.algorithms.registry` maps the ``algo`` name to the class.
+(imitation). :mod:`agentgym_trainers.algorithms.registry` maps the ``algo`` name to the class.
 
 An algorithm reaches the model only through a :class:`Learner` (the trainer): token
 log-probabilities or values of sequences, and the frozen KL reference.
@@ -20,12 +20,12 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from trainers import distributed as dist
-from trainers.algorithms.advantages import whiten_with
-from trainers.algorithms.losses import kl_estimate
-from trainers.batch import TrainSeq, sequences
-from trainers.config import TrainConfig
-from trainers.rollout import Trajectory
+from agentgym_trainers import distributed as dist
+from agentgym_trainers.algorithms.advantages import whiten_with
+from agentgym_trainers.algorithms.losses import kl_estimate
+from agentgym_trainers.batch import TrainSeq, sequences
+from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.rollout import Trajectory
 
 
 class Learner(Protocol):

@@ -19,9 +19,13 @@ from collections.abc import Sequence
 
 import torch
 
-from trainers import distributed as dist
-from trainers.algorithms.advantages import grpo_advantages, rloo_advantages, zero_variance_groups
-from trainers.algorithms.base import (
+from agentgym_trainers import distributed as dist
+from agentgym_trainers.algorithms.advantages import (
+    grpo_advantages,
+    rloo_advantages,
+    zero_variance_groups,
+)
+from agentgym_trainers.algorithms.base import (
     Algorithm,
     broadcast,
     charge_kl,
@@ -29,8 +33,8 @@ from trainers.algorithms.base import (
     kept_rate,
     whiten_tokens,
 )
-from trainers.batch import TrainSeq
-from trainers.rollout import Trajectory
+from agentgym_trainers.batch import TrainSeq
+from agentgym_trainers.rollout import Trajectory
 
 
 class GroupRelative(Algorithm):

@@ -1,6 +1,6 @@
 """PPO: a value head, GAE over agent tokens, and bootstrapping of cut episodes.
 
-The critic reads the same trunk as the policy (:class:`~trainers.model.ValueHead`); the
+The critic reads the same trunk as the policy (:class:`~agentgym_trainers.model.ValueHead`); the
 loss adds its clipped value loss (``vf_coef``, ``vf_clip``).
 
 1. episode validity and each segment's per-token rewards (at each turn's last token) and
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import torch
 
-from trainers import distributed as dist
-from trainers.algorithms.advantages import gae
-from trainers.algorithms.base import (
+from agentgym_trainers import distributed as dist
+from agentgym_trainers.algorithms.advantages import gae
+from agentgym_trainers.algorithms.base import (
     Algorithm,
     broadcast,
     charge_kl,
@@ -30,8 +30,8 @@ from trainers.algorithms.base import (
     kept_rate,
     whiten_tokens,
 )
-from trainers.batch import TrainSeq
-from trainers.rollout import Trajectory
+from agentgym_trainers.batch import TrainSeq
+from agentgym_trainers.rollout import Trajectory
 
 
 class PPO(Algorithm):

@@ -1,17 +1,17 @@
 """The ``algo`` name -> algorithm family class. Adding an algorithm is one entry here (and
-its name in :data:`trainers.config.Algo`, the command line's choices)."""
+its name in :data:`agentgym_trainers.config.Algo`, the command line's choices)."""
 
 from __future__ import annotations
 
 import difflib
 
 from agentgym_envs.core.errors import ConfigError
-from trainers.algorithms.base import Algorithm, Learner
-from trainers.algorithms.group import GRPO, RLOO
-from trainers.algorithms.ppo import PPO
-from trainers.algorithms.reinforce import Reinforce
-from trainers.algorithms.sft import SFT
-from trainers.config import TrainConfig
+from agentgym_trainers.algorithms.base import Algorithm, Learner
+from agentgym_trainers.algorithms.group import GRPO, RLOO
+from agentgym_trainers.algorithms.ppo import PPO
+from agentgym_trainers.algorithms.reinforce import Reinforce
+from agentgym_trainers.algorithms.sft import SFT
+from agentgym_trainers.config import TrainConfig
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "grpo": GRPO,

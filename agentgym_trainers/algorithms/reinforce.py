@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from trainers import distributed as dist
-from trainers.algorithms.advantages import RunningBaseline
-from trainers.algorithms.base import (
+from agentgym_trainers import distributed as dist
+from agentgym_trainers.algorithms.advantages import RunningBaseline
+from agentgym_trainers.algorithms.base import (
     Algorithm,
     Learner,
     broadcast,
@@ -29,9 +29,9 @@ from trainers.algorithms.base import (
     kept_rate,
     whiten_tokens,
 )
-from trainers.batch import TrainSeq
-from trainers.config import TrainConfig
-from trainers.rollout import Trajectory
+from agentgym_trainers.batch import TrainSeq
+from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.rollout import Trajectory
 
 
 class Reinforce(Algorithm):

@@ -1,7 +1,7 @@
 """SFT: imitation of oracle episodes (the warm start, or the whole run with ``algo sft``).
 
 Imitation is the policy gradient with advantage 1 on every agent token: the token-mean
-NLL that :func:`trainers.run.sft` minimises. There are no RL steps and no critic.
+NLL that :func:`agentgym_trainers.run.sft` minimises. There are no RL steps and no critic.
 
 1. the valid episodes' sequences (the oracle's actions are their agent tokens);
 2. advantage 1 on every agent token, 0 elsewhere.
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import torch
 
-from trainers.algorithms.base import Algorithm, broadcast, episode_batch
-from trainers.batch import TrainSeq
-from trainers.rollout import Trajectory
+from agentgym_trainers.algorithms.base import Algorithm, broadcast, episode_batch
+from agentgym_trainers.batch import TrainSeq
+from agentgym_trainers.rollout import Trajectory
 
 
 class SFT(Algorithm):

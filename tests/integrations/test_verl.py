@@ -90,6 +90,15 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path]:
     return model, tokenizer, folder
 
 
+def test_smollm2_tokenizer_under_verls_transformers(tiny: tuple[Any, Any, Path]) -> None:
+    """verl pins transformers 5.10, whose GGUF conversion takes <|im_start|> for eos: the
+    loaded tokenizer must still stop on <|im_end|>, as in the main venv."""
+    tokenizer = tiny[1]
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 2)
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert ChatFormat(tokenizer).eos_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
 def _config(folder: Path, loop_config: Path) -> Any:
     with initialize_config_dir(
         config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None

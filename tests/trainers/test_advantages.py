@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainers.algorithms import (
+from agentgym_trainers.algorithms import (
     RunningBaseline,
     discounted_returns,
     gae,

@@ -11,17 +11,17 @@ from typing import Any, cast
 
 import pytest
 
-import trainers.trainer
+import agentgym_trainers.trainer
 from agentgym_envs.core.errors import ConfigError
+from agentgym_trainers.algorithms import registry
+from agentgym_trainers.algorithms.base import Algorithm, Learner
+from agentgym_trainers.algorithms.group import GRPO
+from agentgym_trainers.algorithms.reinforce import Reinforce
+from agentgym_trainers.batch import TrainSeq
+from agentgym_trainers.config import ALGOS, TrainConfig
+from agentgym_trainers.rollout import Trajectory
+from agentgym_trainers.trainer import Trainer
 from tests.trainers.test_trainer import make_config, rollout
-from trainers.algorithms import registry
-from trainers.algorithms.base import Algorithm, Learner
-from trainers.algorithms.group import GRPO
-from trainers.algorithms.reinforce import Reinforce
-from trainers.batch import TrainSeq
-from trainers.config import ALGOS, TrainConfig
-from trainers.rollout import Trajectory
-from trainers.trainer import Trainer
 
 
 def test_every_algo_choice_maps_to_an_algorithm_module() -> None:
@@ -29,8 +29,8 @@ def test_every_algo_choice_maps_to_an_algorithm_module() -> None:
     for name in ALGOS:
         cls = registry.algorithm_class(name)
         assert issubclass(cls, Algorithm) and not inspect.isabstract(cls)
-        assert cls.__module__.startswith("trainers.algorithms.")
-        assert cls.__module__ != "trainers.algorithms.base"
+        assert cls.__module__.startswith("agentgym_trainers.algorithms.")
+        assert cls.__module__ != "agentgym_trainers.algorithms.base"
 
 
 @pytest.mark.parametrize("name", ALGOS)
@@ -57,7 +57,7 @@ def test_unknown_algorithm_suggests_the_closest() -> None:
 
 
 def test_the_trainer_never_branches_on_the_algorithm_name() -> None:
-    tree = ast.parse(Path(inspect.getfile(trainers.trainer)).read_text())
+    tree = ast.parse(Path(inspect.getfile(agentgym_trainers.trainer)).read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from agentgym_envs.core.errors import ConfigError
-from trainers.config import (
+from agentgym_trainers.config import (
     DataConfig,
     SFTConfig,
     TrainConfig,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentgym_envs.core.errors import ConfigError, TaskNotFoundError
-from trainers.curriculum import CurriculumSampler
+from agentgym_trainers.curriculum import CurriculumSampler
 
 IDS = ["a", "b", "c", "d"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentgym_envs.llm import ChatTemplate
-from trainers.learn import (
+from agentgym_trainers.learn import (
     PHASES,
     _merge,
     _override,
@@ -20,8 +20,8 @@ from trainers.learn import (
     run_recipe,
     task_interval,
 )
-from trainers.recipes import RECIPES
-from trainers.vocab import SPECIAL_TOKENS, fit_tokenizer
+from agentgym_trainers.recipes import RECIPES
+from agentgym_trainers.vocab import SPECIAL_TOKENS, fit_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -113,13 +113,13 @@ def test_results_readme_is_generated_from_the_summary() -> None:
     results = {"grpo": algo_result(_summary(0.0, 0.1, 0.45), 9.0)}
     report = {
         "recipe": "demo",
-        "commands": ["python -m trainers.learn demo"],
+        "commands": ["python -m agentgym_trainers.learn demo"],
         "algos": results,
         "after_rl": results["grpo"]["after_rl"],
         "config": {"train": {"eval_temperature": 1.0}},
     }
     text = markdown(report, why="Because.")
-    assert "    python -m trainers.learn demo" in text
+    assert "    python -m agentgym_trainers.learn demo" in text
     assert "| grpo | 0.000 [0.000, 0.019] | 0.100 [" in text
     assert "| +0.350 | yes |" in text
     assert text.endswith("Because.\n")
@@ -206,7 +206,7 @@ def test_the_committed_grpo_result_reproduces(tmp_path: Path) -> None:
         ).read_text()
     )["algos"]["grpo"]
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as trainers.learn runs
+    torch.set_num_threads(1)  # as agentgym_trainers.learn runs
     try:
         report = run_recipe(RECIPES["frozenlake"], tmp_path / "out", tmp_path / "work", ["grpo"])
     finally:

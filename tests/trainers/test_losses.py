@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainers.algorithms import (
+from agentgym_trainers.algorithms import (
     STAT_KEYS,
     LossConfig,
     entropy_from_logits,

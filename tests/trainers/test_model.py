@@ -26,7 +26,7 @@ from agentgym_envs.llm.models import (
     smollm2_tokenizer_dir,
     tiny_llama,
 )
-from trainers.model import PolicyModel
+from agentgym_trainers.model import PolicyModel
 
 # --------------------------------------------------------------------------- specs
 
@@ -85,7 +85,7 @@ def test_failed_conversion_leaves_no_folder(
     with pytest.raises(ConfigError, match="pip install"):
         load_model("smollm2")
     models = tmp_path / "models"
-    assert [p.name for p in models.iterdir()] == ["SmolLM2-135M-Instruct.lock"]
+    assert [p.name for p in models.iterdir()] == [f"{model_mod._converted_name()}.lock"]
 
 
 def test_default_dtype() -> None:
@@ -189,6 +189,41 @@ def test_tokenizer_facts(tokenizer: PreTrainedTokenizerBase) -> None:
         [{"role": "user", "content": "hi"}], tokenize=True, add_generation_prompt=True
     )["input_ids"]
     assert ids[0] == tokenizer.bos_token_id
+
+
+def test_special_tokens_come_from_the_gguf_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers 5.10 (verl's pin) converts SmolLM2 with eos = pad = <|im_start|>; the
+    GGUF metadata's ids win over whatever the conversion guessed."""
+    gguf = model_mod.smollm2_gguf()
+    assert model_mod.gguf_special_token_ids(gguf) == {"bos": 1, "eos": 2, "unk": 0, "pad": 2}
+    real = model_mod.AutoTokenizer.from_pretrained
+
+    def like_transformers_5_10(*args: object, **kwargs: object) -> PreTrainedTokenizerBase:
+        tok = real(*args, **kwargs)
+        tok.eos_token = tok.pad_token = "<|im_start|>"
+        return tok
+
+    monkeypatch.setattr(model_mod.AutoTokenizer, "from_pretrained", like_transformers_5_10)
+    tok = model_mod._gguf_tokenizer(gguf)
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
+
+
+def test_each_transformers_version_keeps_its_own_conversion(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The main venv and verl's venv share a cache: one's conversion is never the other's."""
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
+    monkeypatch.setattr(model_mod, "_build_once", lambda target, build: target)
+    monkeypatch.setattr(model_mod.transformers, "__version__", "5.10.4")
+    old = (model_mod.smollm2_tokenizer_dir(), model_mod.smollm2_model_dir())
+    monkeypatch.setattr(model_mod.transformers, "__version__", "5.24.0")
+    new = (model_mod.smollm2_tokenizer_dir(), model_mod.smollm2_model_dir())
+    assert old[0] != new[0] and old[1] != new[1]
+    assert new[0].name == "SmolLM2-135M-Instruct-transformers-5.24.0"
 
 
 def test_tiny_model_config(

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainers.algorithms import lag_keep_mask, truncated_is_weights
+from agentgym_trainers.algorithms import lag_keep_mask, truncated_is_weights
 
 
 def test_lag_keep_mask() -> None:

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import torch
 
+from agentgym_trainers.algorithms import whiten_with
+from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.run import sft, train
+from agentgym_trainers.trainer import Trainer, lr_factor
 from tests.trainers.test_trainer import make_config, rollout
-from trainers.algorithms import whiten_with
-from trainers.config import TrainConfig
-from trainers.run import sft, train
-from trainers.trainer import Trainer, lr_factor
 
 
 def sft_config(tmp_path: Path, **overrides: Any) -> TrainConfig:
@@ -40,7 +40,7 @@ def test_resume_keeps_the_kl_reference(tmp_path: Path, tokenizer: Any) -> None:
     train(cfg)
     trainer = Trainer(cfg)
     try:
-        from trainers.run import latest_checkpoint, load_checkpoint
+        from agentgym_trainers.run import latest_checkpoint, load_checkpoint
 
         folder = latest_checkpoint(Path(cfg.run.run_dir))
         assert folder is not None
@@ -135,7 +135,7 @@ def test_whiten_with_global_statistics() -> None:
 
 
 def test_bandit_held_out_split_differs_from_train(tmp_path: Path, tokenizer: Any) -> None:
-    from trainers.trainer import task_ids
+    from agentgym_trainers.trainer import task_ids
 
     trainer = Trainer(make_config(tmp_path))
     try:
@@ -150,7 +150,7 @@ def test_bandit_held_out_split_differs_from_train(tmp_path: Path, tokenizer: Any
 
 def test_each_process_takes_the_gpu_of_its_local_rank(monkeypatch: Any) -> None:
     from agentgym_envs.llm.models import resolve_device
-    from trainers import distributed
+    from agentgym_trainers import distributed
 
     made_current: list[torch.device] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -170,7 +170,7 @@ def test_each_process_takes_the_gpu_of_its_local_rank(monkeypatch: Any) -> None:
 
 
 def test_gae_bootstraps_a_cut_episode_from_the_critic() -> None:
-    from trainers.algorithms import gae
+    from agentgym_trainers.algorithms import gae
 
     r = torch.tensor([[0.0, 1.0]])
     v = torch.tensor([[0.5, 0.25]])
@@ -232,7 +232,7 @@ def test_critic_has_its_own_rate_and_can_leave_the_trunk_alone(
 
 
 def test_kl_estimators() -> None:
-    from trainers.algorithms import kl_estimate
+    from agentgym_trainers.algorithms import kl_estimate
 
     logp = torch.tensor([-1.0, -2.0])
     ref = torch.tensor([-1.5, -1.0])

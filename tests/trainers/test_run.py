@@ -17,9 +17,9 @@ from gymnasium.utils.env_checker import check_env
 from agentgym_envs.cli import main
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.store import TrajectoryStore
-from trainers.config import TrainConfig, field_docs, flat_docs, parse
-from trainers.envs import DigitFractionEnv, register
-from trainers.run import train
+from agentgym_trainers.config import TrainConfig, field_docs, flat_docs, parse
+from agentgym_trainers.envs import DigitFractionEnv, register
+from agentgym_trainers.run import train
 
 BANDIT_ARGS = [
     "--env", "agentgym-train/DigitFraction-v0",

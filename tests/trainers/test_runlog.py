@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agentgym_envs.core.errors import ConfigError
-from trainers.runlog import RunLogger, read_metrics
+from agentgym_trainers.runlog import RunLogger, read_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

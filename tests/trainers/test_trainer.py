@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentgym_envs.core.info import Outcome
-from trainers.batch import TrainSeq, agent_forward, collate
-from trainers.config import TrainConfig
-from trainers.envs import CHARSETS
-from trainers.rollout import RolloutJob
-from trainers.trainer import Trainer
+from agentgym_trainers.batch import TrainSeq, agent_forward, collate
+from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.envs import CHARSETS
+from agentgym_trainers.rollout import RolloutJob
+from agentgym_trainers.trainer import Trainer
 
 BANDIT = "agentgym-train/DigitFraction-v0"
 
