@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,16 @@ from agentgym_envs.sandbox._process import (
     _result,
     _run_process,
     _RunCgroups,
+)
+from agentgym_envs.sandbox.docker_image import (
+    DEFAULT_DOCKER_IMAGE,
+    DOCKER_IMAGE_ENV,
+    IMAGE_PYTHONS,
+    ImageUnavailable,
+    docker_module,
+    docker_status,
+    image_id,
+    probe_image,
 )
 from agentgym_envs.sandbox.runtime import (
     SANDBOX_PREFIX,
@@ -393,30 +404,17 @@ class LocalBackend(_CheckedBackend):
 
 
 # -------- docker
+_STDIN_AT = "/agentgym/stdin"  # a run's standard input, as a file (read-only mount)
 # Where Python images keep third-party packages (an image with agentgym-envs installed
 # keeps its task data there): covered by empty tmpfs mounts in every container.
 _IMAGE_PACKAGE_DIRS = (
     "/usr/local/lib/python{version}/site-packages", "/usr/local/lib/python{version}/dist-packages",
     "/usr/lib/python3/dist-packages", "/usr/lib/python{version}/site-packages",
 )  # fmt: skip
-
-
-def _docker() -> Any:
-    return importlib.import_module("docker")  # optional dependency: agentgym-envs[sandbox]
-
-
-@functools.cache
-def docker_status() -> tuple[bool, str]:
-    """Whether a Docker engine answers (probed once, cached), and why not."""
-    try:
-        client = _docker().from_env(timeout=3)
-        client.ping()
-        client.close()
-    except ImportError:
-        return False, "the docker SDK is not installed (pip install 'agentgym-envs[sandbox]')"
-    except Exception as exc:  # the SDK raises many kinds; each means no usable engine
-        return False, f"no Docker engine answers ({type(exc).__name__}: {exc})"
-    return True, "an engine answers"
+# Every command: RLIMIT_AS (docker has no such ulimit) and no core files, then the
+# command with its standard input from a file ("$2": /dev/null or a file under _STDIN_AT).
+_LIMIT_AND_EXEC = 'ulimit -v "$1" && ulimit -c 0 || exit 126; f=$2; shift 2; exec "$@" < "$f"'
+_docker = docker_module
 
 
 def docker_available() -> bool:
@@ -428,129 +426,232 @@ class DockerBackend(_CheckedBackend):
     """Containers from a Docker engine, kept warm in a small pool and reused via exec.
 
     Each container has no network, a read-only root, a private ``/tmp``, no
-    capabilities, no new privileges, memory and pids limits, a non-root user (the
-    workspace owner, or 65534 for a root-owned workspace, which must then be writable by
-    it), the sandbox runtime read-only and the workspace at
+    capabilities, no new privileges, memory and pids limits, the workspace owner's user
+    (a root-owned workspace runs as uid 0 with no capabilities, which is what
+    bubblewrap maps it to), the sandbox runtime read-only and the workspace at
     ``/workspace``. The host's Python environment is not mounted: the image's
-    interpreter runs with the sandbox runtime (pytest) instead. Containers are keyed
-    by mounts and limits, so an episode's commands reuse one; a timeout kills and drops
-    the container. ``stdin`` travels in an environment variable, so it must stay under
-    128 KiB.
+    interpreter runs with the sandbox runtime (pytest) instead, and every folder of the
+    image holding an ``agentgym_envs`` package (found once per image) is covered by an
+    empty mount, as are its third-party package folders. Containers are keyed by
+    mounts and limits, so an episode's commands reuse one; a timeout kills and drops
+    the container. ``stdin`` reaches the command as a file.
 
     Args:
-        image: Image to run; it needs ``sh``, ``sleep`` and a Python of this minor
-            version at ``image_python``. Its third-party package folders are covered
-            by empty mounts; it must hold no task data anywhere else.
-        image_python: The image's interpreter, which the runtime's ``python`` runs.
-        pool_size: Warm containers kept; the oldest one is removed first.
+        image: Image to run; default ``$AGENTGYM_DOCKER_IMAGE``, else
+            ``python:3.X-slim`` for this Python 3.X. Pulled if the engine lacks it. It
+            needs ``sh``, ``sleep`` and a Python of this minor version.
+        image_python: The image's interpreter, which the runtime's ``python`` runs;
+            default the first of ``/usr/local/bin/python3.X`` and ``/usr/bin/python3.X``
+            that the image has.
+        pool_size: Warm containers kept; the oldest idle one is removed first (one
+            running a command never is, so concurrent runs may exceed it for a while).
 
     Raises:
-        BackendUnavailable: The SDK is missing or no engine answers.
+        BackendUnavailable: The SDK is missing, no engine answers, or the image is not
+            there and cannot be pulled.
+        ConfigError: The image has no such Python.
     """
 
     name = "docker"
     isolation = Isolation.STRONG
 
     def __init__(
-        self, image: str = f"python:{VERSION}-slim", *, pool_size: int = 4,
-        image_python: str = f"/usr/local/bin/python{VERSION}",
+        self, image: str | None = None, *, pool_size: int = 4, image_python: str | None = None,
     ) -> None:  # fmt: skip
         ok, detail = docker_status()
         if not ok:
             raise BackendUnavailable(f"docker does not work here: {detail}. Fix: {_FIX}.")
         if pool_size < 1:
             raise ConfigError(f"pool_size must be >= 1, got {pool_size!r}.")
-        self.image, self.pool_size, self.image_python = image, pool_size, image_python
+        self.image = image or os.environ.get(DOCKER_IMAGE_ENV) or DEFAULT_DOCKER_IMAGE
+        self.pool_size = pool_size
         self._client = _docker().from_env()
+        try:
+            self._image_id = image_id(self._client, self.image)
+        except ImageUnavailable as exc:
+            raise BackendUnavailable(str(exc)) from exc
+        pythons = (image_python,) if image_python else IMAGE_PYTHONS
+        facts = probe_image(self._client, self.image, self._image_id, pythons)
+        self.image_python, self._covered = facts.python, facts.data
         self._pool: dict[tuple[Any, ...], Any] = {}
+        self._stdin: dict[str, Path] = {}  # container id -> its host folder at _STDIN_AT
+        self._busy: dict[str, int] = {}  # container id -> runs in it now (never evicted)
         self._lock = threading.Lock()
 
     def _protections(self) -> list[str]:
         return ["container: no network, read-only root, private /tmp",
                 f"workspace at {SANDBOX_WORKSPACE} is the only writable folder",
-                "all capabilities dropped, no new privileges, non-root user",
-                "memory and pids cgroup limits, rlimits: cpu, file size, open files",
+                "no task data: the image's agentgym_envs and package folders covered",
+                "all capabilities dropped, no new privileges, the workspace owner's uid",
+                "memory and pids cgroup limits",
+                "rlimits: cpu, address space, file size, open files",
                 "timeout kills the container; output capped"]  # fmt: skip
 
-    def _container(self, call: _Call) -> Any:
+    def _acquire(self, call: _Call) -> tuple[Any, Path | None]:
+        """The warm container for the call's key, marked busy until :meth:`_release`,
+        and its stdin folder. Only idle containers are evicted to keep the pool size."""
         key = (call.workspace, call.binds, call.limits)
         with self._lock:
-            if key in self._pool:
-                return self._pool[key]
-            old = list(self._pool.values())[: max(0, len(self._pool) + 1 - self.pool_size)]
-        for container in old:
-            self._remove(container)
-        volumes, tmpfs = self.mounts(call)
+            old = [c for c in self._pool.values() if not self._busy.get(c.id)]
+            old = old[: max(0, len(self._pool) + 1 - self.pool_size)]
+            missing = key not in self._pool
+        if missing:
+            for container in old:
+                self._remove(container)
+            made, stdin = self._create(call)
+            with self._lock:
+                kept = self._pool.setdefault(key, made)
+                if kept is made:
+                    self._stdin[made.id] = stdin
+            if kept is not made:  # another thread started one meanwhile
+                made.remove(force=True)
+                shutil.rmtree(stdin, ignore_errors=True)
+        with self._lock:
+            container = self._pool.get(key)
+            if container is not None:
+                self._busy[container.id] = self._busy.get(container.id, 0) + 1
+                return container, self._stdin.get(container.id)
+        return self._acquire(call)  # removed at once (a concurrent timeout): start over
+
+    def _release(self, container: Any) -> None:
+        with self._lock:
+            left = self._busy.pop(container.id, 0) - 1
+            if left > 0:
+                self._busy[container.id] = left
+
+    def _create(self, call: _Call) -> tuple[Any, Path]:
+        """Start a container for ``call``; also returns its stdin folder."""
+        stdin = Path(tempfile.mkdtemp(prefix="agentgym-stdin-"))
+        stdin.chmod(0o755)  # readable by the container's user
+        volumes, tmpfs = self.mounts(call, stdin)
         st = os.stat(call.workspace)
         lim, ulimit, fsize = call.limits, _docker().types.Ulimit, call.limits.file_size_mb * _MIB
-        container = self._client.containers.run(
-            self.image, ["sleep", "infinity"], detach=True, network_mode="none", read_only=True,
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True,
-            user=f"{st.st_uid}:{st.st_gid}" if st.st_uid else "65534:65534",
-            mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m",
-            pids_limit=lim.processes, tmpfs=tmpfs,
-            volumes=volumes, working_dir=SANDBOX_WORKSPACE, labels={"agentgym": "sandbox"},
-            ulimits=[ulimit(name="cpu", soft=lim.cpu_s, hard=lim.cpu_s + 1),
-                     ulimit(name="fsize", soft=fsize, hard=fsize),
-                     ulimit(name="nofile", soft=lim.open_files, hard=lim.open_files)],
-        )  # fmt: skip
-        with self._lock:
-            kept = self._pool.setdefault(key, container)
-        if kept is not container:  # another thread started one for the same key meanwhile
-            self._remove(container)
-        return kept
+        try:
+            container = self._client.containers.run(
+                self._image_id, ["infinity"], entrypoint=["sleep"], detach=True,
+                network_mode="none", read_only=True, cap_drop=["ALL"],
+                security_opt=["no-new-privileges"], init=True, user=f"{st.st_uid}:{st.st_gid}",
+                mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m",
+                pids_limit=lim.processes, tmpfs=tmpfs,
+                volumes=volumes, working_dir=SANDBOX_WORKSPACE, labels={"agentgym": "sandbox"},
+                ulimits=[ulimit(name="cpu", soft=lim.cpu_s, hard=lim.cpu_s + 1),
+                         ulimit(name="fsize", soft=fsize, hard=fsize),
+                         ulimit(name="nofile", soft=lim.open_files, hard=lim.open_files)],
+            )  # fmt: skip
+        except BaseException:
+            shutil.rmtree(stdin, ignore_errors=True)
+            raise
+        return container, stdin
 
-    def mounts(self, call: _Call) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    def mounts(
+        self, call: _Call, stdin: Path | None = None
+    ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
         """The container's volumes and tmpfs mounts for ``call``.
 
         No host Python environment is mounted (it holds the task data): the image's own
         interpreter runs, with the sandbox runtime (pytest and the results plugin) at
-        ``SANDBOX_PREFIX``, and the image's third-party package folders are covered by
-        empty tmpfs mounts, so an image with agentgym-envs installed shows no tasks.
+        ``SANDBOX_PREFIX``; the image's third-party package folders and every folder of
+        it holding an ``agentgym_envs`` package are covered by empty tmpfs mounts, so an
+        image with agentgym-envs installed shows no tasks. ``stdin``: the host folder
+        mounted read-only at ``/agentgym/stdin`` (the runs' standard input files).
         """
         runtime = str(runtime_dir(self.image_python))
         volumes = {runtime: {"bind": SANDBOX_PREFIX, "mode": "ro"}}
         volumes[call.workspace] = {"bind": SANDBOX_WORKSPACE, "mode": "rw"}
+        if stdin is not None:
+            volumes[str(stdin)] = {"bind": _STDIN_AT, "mode": "ro"}
         for writable, src, dest in call.binds:
             volumes[src] = {"bind": dest, "mode": "rw" if writable else "ro"}
         size = f"size={call.limits.memory_mb}m"
         tmpfs = {"/tmp": size}
-        for folder in _IMAGE_PACKAGE_DIRS:
-            tmpfs[folder.format(version=VERSION)] = "ro,size=1m"
+        covered = [f.format(version=VERSION) for f in _IMAGE_PACKAGE_DIRS]
+        for folder in [*covered, *getattr(self, "_covered", ())]:
+            tmpfs[folder] = "ro,size=1m"
         return volumes, tmpfs
 
     def _remove(self, container: Any) -> None:
         with self._lock:
             self._pool = {k: c for k, c in self._pool.items() if c is not container}
+            stdin = self._stdin.pop(container.id, None)
         try:
             container.remove(force=True)
         except Exception as exc:  # already gone or the engine went away: nothing to free
             logger.debug("could not remove container %s: %s", getattr(container, "id", "?"), exc)
+        if stdin is not None:
+            shutil.rmtree(stdin, ignore_errors=True)
 
     def _execute(self, call: _Call) -> ExecResult:
-        start, cap = time.monotonic(), call.limits.output_bytes
-        container, api = self._container(call), self._client.api
-        argv, env = list(call.argv), {**_base_env(f"{SANDBOX_PREFIX}/bin"), **call.env}
-        if call.stdin:
-            argv = ["/bin/sh", "-c", 'printf %s "$AGENTGYM_STDIN" | "$@"', "sh", *argv]
-            env["AGENTGYM_STDIN"] = call.stdin.decode()
-        exec_id = api.exec_create(container.id, argv, workdir=SANDBOX_WORKSPACE, environment=env)
+        start = time.monotonic()
+        try:
+            container, exec_id, feed = self._start(call)
+            try:
+                return self._collect(container, exec_id, call, start)
+            finally:
+                self._release(container)
+                if feed is not None:
+                    feed.unlink(missing_ok=True)
+        except AgentGymError:
+            raise
+        except Exception as exc:  # the engine failed (gone, full, API error): not the command
+            raise SandboxError(
+                f"the Docker engine failed to run the command ({type(exc).__name__}: {exc}); "
+                "check that it still runs (docker info)."
+            ) from exc
+
+    def _start(self, call: _Call) -> tuple[Any, str, Path | None]:
+        """Create the run's exec in the key's container (busy on return): (container,
+        exec id, the stdin file). A pooled container that is gone (removed or stopped
+        behind our back) is replaced once."""
+        memory_kib = str(call.limits.memory_mb * 1024)
+        env = {**_base_env(f"{SANDBOX_PREFIX}/bin"), **call.env}
+        for attempt in range(2):
+            container, folder = self._acquire(call)
+            feed = None
+            try:
+                if call.stdin is not None and folder is not None:
+                    feed = folder / uuid.uuid4().hex
+                    feed.write_bytes(call.stdin)
+                    feed.chmod(0o644)
+                stdin_at = f"{_STDIN_AT}/{feed.name}" if feed is not None else "/dev/null"
+                argv = ["/bin/sh", "-c", _LIMIT_AND_EXEC, "sh", memory_kib, stdin_at, *call.argv]
+                made = self._client.api.exec_create(
+                    container.id, argv, workdir=SANDBOX_WORKSPACE, environment=env
+                )
+                return container, str(made["Id"]), feed
+            except Exception as exc:
+                self._release(container)
+                if feed is not None:
+                    feed.unlink(missing_ok=True)
+                gone = isinstance(exc, _docker().errors.APIError)  # 404 no such, 409 stopped
+                if gone:
+                    self._remove(container)
+                if attempt or not gone:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _collect(self, container: Any, exec_id: str, call: _Call, start: float) -> ExecResult:
+        """Run the exec, keeping capped output; kill the container on timeout or flood."""
+        api, cap = self._client.api, call.limits.output_bytes
         fired = threading.Event()
 
         def expire() -> None:
             fired.set()
             self._remove(container)
 
+        out, err, reason = _Capture(cap), _Capture(cap), None
         timer = threading.Timer(call.timeout_s, expire)
         timer.start()
-        out, err, reason = _Capture(cap), _Capture(cap), None
         try:
-            for chunk_out, chunk_err in api.exec_start(exec_id["Id"], stream=True, demux=True):
+            for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
                 out.add(chunk_out or b"")
                 err.add(chunk_err or b"")
-                if max(out.total, err.total) > cap * _OUTPUT_KILL_FACTOR:
+                if reason is None and max(out.total, err.total) > cap * _OUTPUT_KILL_FACTOR:
+                    # kill now, and keep reading: the engine will not remove a container
+                    # while its exec waits to write to a stream that nobody reads
                     reason = "output"
-                    break
+                    timer.cancel()
+                    timer = threading.Timer(0, expire)
+                    timer.start()
         except Exception:  # the stream breaks when the timer removes the container
             if not fired.is_set():
                 raise
@@ -559,7 +660,7 @@ class DockerBackend(_CheckedBackend):
         if fired.is_set() or reason:
             self._remove(container)  # the container is the unit we can kill
             return _result(out, err, 128 + signal.SIGKILL, reason or "timeout", start)
-        code = api.exec_inspect(exec_id["Id"]).get("ExitCode")
+        code = api.exec_inspect(exec_id).get("ExitCode")
         return _result(out, err, 1 if code is None else int(code), None, start)
 
     def close(self) -> None:
@@ -619,6 +720,7 @@ def make_backend(name: str = "auto", **kwargs: Any) -> Backend:
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DOCKER_IMAGE_ENV",
     "SANDBOX_WORKSPACE",
     "Backend",
     "BackendUnavailable",

@@ -20,7 +20,7 @@ from agentgym_envs.sandbox.backends import ExecResult, Limits
 from agentgym_envs.sandbox.repofix import RepoFixEnv
 from agentgym_envs.sandbox.verify import _control_copies, _parse
 from agentgym_envs.sandbox.workspace import code_of, search_output
-from tests.sandbox.support import needs_bwrap
+from tests.sandbox.support import ISOLATING, ISOLATING_SLOW_DOCKER, make_isolating
 from tests.sandbox.test_repofix import call, start
 
 TEST_FILE = """import pytest
@@ -166,13 +166,13 @@ def test_code_of_ignores_comments_blank_lines_and_docstrings() -> None:
     assert code_of("def f(:\n") is None
 
 
-# -- in the sandbox ----------------------------------------------------------------------------
+# -- in each isolating backend (bubblewrap, docker) ------------------------------------------
 
 
 @pytest.fixture
-def easy_env():
+def easy_env(request: pytest.FixtureRequest):
     task = load_task_set("sandbox/repofix.jsonl").get("repofix-toktext-easy-test-1000004")
-    env = RepoFixEnv(tasks=[task], split="test")
+    env = RepoFixEnv(tasks=[task], split="test", backend=make_isolating(request.param))
     start(env, task)
     yield env, task
     env.close()
@@ -195,8 +195,8 @@ def _hidden_run(env: RepoFixEnv, controls: bool) -> rf.TestRun:
 
 
 @pytest.mark.sandbox
-@needs_bwrap
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("easy_env", ISOLATING_SLOW_DOCKER, indirect=True)
 def test_each_layer_alone_catches_a_hook_that_swallows_failures(easy_env) -> None:
     env, task = easy_env
     package = task.spec["repo"]
@@ -218,8 +218,8 @@ def test_each_layer_alone_catches_a_hook_that_swallows_failures(easy_env) -> Non
 
 
 @pytest.mark.sandbox
-@needs_bwrap
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("easy_env", ISOLATING, indirect=True)
 def test_search_keeps_its_output_within_the_cap(easy_env) -> None:
     env, _ = easy_env
     line = "x" + "\U0001f600" * 220 + "\n"

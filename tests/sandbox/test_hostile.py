@@ -1,4 +1,5 @@
-"""Hostile commands in the bubblewrap sandbox: each is contained and the host unaffected."""
+"""Hostile commands in each isolating backend (bubblewrap, docker): each is contained and
+the host unaffected."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import resource
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,22 +18,19 @@ from pathlib import Path
 import pytest
 
 from agentgym_envs.sandbox import backends
-from agentgym_envs.sandbox.backends import BubblewrapBackend, ExecResult
-from tests.sandbox.support import needs_bwrap
+from agentgym_envs.sandbox.backends import Backend, ExecResult
+from tests.sandbox.support import ISOLATING, make_isolating
 
-PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = [
-    pytest.mark.sandbox,
-    needs_bwrap,
-    pytest.mark.timeout(20),
-]
+pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(20)]
 
 
-@pytest.fixture(scope="module")
-def bwrap() -> BubblewrapBackend:
-    return BubblewrapBackend()
+@pytest.fixture(scope="module", params=ISOLATING)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    made = make_isolating(request.param)
+    yield made
+    made.close()
 
 
 @pytest.fixture
@@ -48,19 +45,17 @@ def repo(tmp_path: Path) -> Path:
     return ws
 
 
-def run_py(
-    bwrap: BubblewrapBackend, code: str, ws: Path, timeout_s: float = 8, **kw: object
-) -> ExecResult:
-    return bwrap.run([PY, "-c", code], workspace=ws, timeout_s=timeout_s, **kw)  # type: ignore[arg-type]
+def run_py(backend: Backend, code: str, ws: Path, timeout_s: float = 8, **kw: object) -> ExecResult:
+    return backend.run([backend.python, "-c", code], workspace=ws, timeout_s=timeout_s, **kw)  # type: ignore[arg-type]
 
 
 def test_deleting_the_tests_changes_only_the_workspace_copy(
-    bwrap: BubblewrapBackend, repo: Path, tmp_path: Path
+    backend: Backend, repo: Path, tmp_path: Path
 ) -> None:
     hidden = tmp_path / "hidden"
     shutil.copytree(repo / "tests", hidden)
     cmd = "rm -rf /workspace/tests /agentgym/hidden/*; rm -rf /workspace/..; ls /agentgym/hidden"
-    r = bwrap.run(
+    r = backend.run(
         ["/bin/sh", "-c", cmd], workspace=repo, timeout_s=8, ro_binds={hidden: "/agentgym/hidden"}
     )
     assert "test_calc.py" in r.stdout and "Read-only file system" in r.stderr
@@ -73,22 +68,29 @@ def test_deleting_the_tests_changes_only_the_workspace_copy(
     ["/etc/shadow", "/root/.bash_history", "/root/.ssh", str(REPO / "pyproject.toml"), "SECRET"],
 )
 def test_reading_outside_the_workspace_fails(
-    bwrap: BubblewrapBackend, repo: Path, tmp_path: Path, path: str
+    backend: Backend, repo: Path, tmp_path: Path, path: str
 ) -> None:
     if path == "SECRET":  # a file next to the workspace, readable on the host
         path = str(tmp_path / "secret.txt")
         Path(path).write_text("the answer")
     code = f"print(open({path!r}).read())"
-    r = run_py(bwrap, code, repo)
-    assert r.exit_code != 0 and ("No such file" in r.stderr or "Permission denied" in r.stderr)
+    r = run_py(backend, code, repo)
+    if r.exit_code == 0:  # only a file of the image's own (docker: its /etc/shadow)
+        host = Path(path).read_text() if os.access(path, os.R_OK) else ""
+        assert backend.name == "docker" and path == "/etc/shadow", r.stdout
+        assert r.stdout.strip() != host.strip()
+    else:
+        assert "No such file" in r.stderr or "Permission denied" in r.stderr, r.stderr
     listing = (
         "import json, os; print(json.dumps(os.listdir('/root') if os.path.isdir('/root') else []))"
     )
-    r = run_py(bwrap, listing, repo)
-    assert set(json.loads(r.stdout)) <= {".pyenv"}  # only the interpreter's own folder, if any
+    r = run_py(backend, listing, repo)
+    # only the interpreter's own folder, if any (docker: the image's own skeleton files)
+    image = {".bashrc", ".profile"} if backend.name == "docker" else set()
+    assert set(json.loads(r.stdout)) <= {".pyenv", *image}
 
 
-def test_no_network(bwrap: BubblewrapBackend, repo: Path) -> None:
+def test_no_network(backend: Backend, repo: Path) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -114,7 +116,7 @@ for address in [("1.1.1.1", 53), ("127.0.0.1", {port})]:
         print("BLOCKED", address, exc)
 """
     try:
-        r = run_py(bwrap, code, repo)
+        r = run_py(backend, code, repo)
     finally:
         done.set()
         thread.join()
@@ -132,57 +134,55 @@ for address in [("1.1.1.1", 53), ("127.0.0.1", {port})]:
     ],
     ids=["plain", "stubborn"],
 )
-def test_fork_bomb_is_contained(bwrap: BubblewrapBackend, repo: Path, bomb: str) -> None:
-    if "pids cgroup per run" not in bwrap.describe()["protections"]:
+def test_fork_bomb_is_contained(backend: Backend, repo: Path, bomb: str) -> None:
+    if not any("pids" in p for p in backend.describe()["protections"]):
         pytest.skip("no pids cgroup here: an uncapped fork bomb would also starve the host")
     start = time.monotonic()
-    r = run_py(bwrap, bomb, repo, timeout_s=3)
+    r = run_py(backend, bomb, repo, timeout_s=3)
     assert time.monotonic() - start < 3 + 5
     assert r.exit_code != 0
     assert subprocess.run(["true"], check=False).returncode == 0  # the host can still spawn
-    assert run_py(bwrap, "print('after')", repo).stdout == "after\n"
+    assert run_py(backend, "print('after')", repo).stdout == "after\n"
 
 
-def test_infinite_loop_is_killed(bwrap: BubblewrapBackend, repo: Path) -> None:
+def test_infinite_loop_is_killed(backend: Backend, repo: Path) -> None:
     start = time.monotonic()
-    r = run_py(bwrap, "while True: pass", repo, timeout_s=1.5)
+    r = run_py(backend, "while True: pass", repo, timeout_s=1.5)
     assert r.timed_out and r.killed == "timeout" and r.exit_code == 128 + 9
     assert time.monotonic() - start < 1.5 + 5
 
 
-def test_memory_hog_is_stopped(bwrap: BubblewrapBackend, repo: Path) -> None:
-    r = run_py(bwrap, "x = bytearray(8 * 2**30)\nprint('allocated')", repo)
+def test_memory_hog_is_stopped(backend: Backend, repo: Path) -> None:
+    r = run_py(backend, "x = bytearray(8 * 2**30)\nprint('allocated')", repo)
     assert "allocated" not in r.stdout
     assert r.killed == "memory" or "MemoryError" in r.stderr
 
 
-def test_huge_output_is_truncated_without_buffering_it(
-    bwrap: BubblewrapBackend, repo: Path
-) -> None:
+def test_huge_output_is_truncated_without_buffering_it(backend: Backend, repo: Path) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     code = "import sys\nblock = b'x' * 2**20\nfor _ in range(1024): sys.stdout.buffer.write(block)"
-    r = run_py(bwrap, code, repo)
+    r = run_py(backend, code, repo)
     assert r.truncated and len(r.stdout) == 64_000
     assert r.killed in ("output", None)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
 
 
-def test_huge_file_hits_the_file_size_limit(bwrap: BubblewrapBackend, repo: Path) -> None:
+def test_huge_file_hits_the_file_size_limit(backend: Backend, repo: Path) -> None:
     code = "f = open('big.bin', 'wb')\nfor _ in range(1024): f.write(b'x' * 2**20)"
-    r = run_py(bwrap, code, repo)
+    r = run_py(backend, code, repo)
     assert r.exit_code != 0 and "File too large" in r.stderr
     assert (repo / "big.bin").stat().st_size <= 64 * 2**20
 
 
-def test_host_processes_are_invisible(bwrap: BubblewrapBackend, repo: Path) -> None:
+def test_host_processes_are_invisible(backend: Backend, repo: Path) -> None:
     code = f"import os\ntry:\n    os.kill({os.getpid()}, 9)  # the test process, on the host\n"
     code += "except ProcessLookupError:\n    print('no such process')"
-    r = run_py(bwrap, code, repo)
+    r = run_py(backend, code, repo)
     assert r.stdout == "no such process\n"
     r = run_py(
-        bwrap, "import os; print(len([p for p in os.listdir('/proc') if p.isdigit()]))", repo
+        backend, "import os; print(len([p for p in os.listdir('/proc') if p.isdigit()]))", repo
     )
-    assert int(r.stdout) <= 3  # bwrap's init, python (and nothing from the host)
+    assert int(r.stdout) <= 3  # the sandbox's init, python (docker: and sleep), no host's
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,8 @@
 """The sandbox sees no task data and no grader part it could replace.
 
-Fast checks run the real bubblewrap sandbox of this (editable) install; the wheel check
-builds and installs a wheel (slow). The Docker backend is checked through the mounts it
-would ask the engine for (no engine runs in CI).
+Fast checks run the real bubblewrap sandbox of this (editable) install and real Docker
+containers (CI runs an engine), including from an image that has agentgym-envs installed
+and checked out; the wheel check builds and installs a wheel (slow).
 """
 
 from __future__ import annotations
@@ -12,15 +12,21 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agentgym_envs.sandbox import backends, runtime
 from agentgym_envs.sandbox._process import _Call
-from agentgym_envs.sandbox.backends import DEFAULT_LIMITS, BubblewrapBackend, DockerBackend
+from agentgym_envs.sandbox.backends import (
+    DEFAULT_LIMITS,
+    Backend,
+    DockerBackend,
+)
+from agentgym_envs.sandbox.docker_image import docker_module
 from agentgym_envs.sandbox.workspace import configures_pytest, is_protected
-from tests.sandbox.support import needs_bwrap
+from tests.sandbox.support import ISOLATING, make_isolating, needs_bwrap, needs_docker
 
 ROOT = Path(__file__).resolve().parents[2]
 # Walks the sandbox's filesystem (names everywhere; contents of python-ish files outside
@@ -48,24 +54,72 @@ print(json.dumps(sorted(set(found))))
 """
 
 
-def _hunt(backend: BubblewrapBackend, ws: Path) -> list[str]:
+def _hunt(backend: Backend, ws: Path) -> list[str]:
     r = backend.run(["python", "-c", HUNT], workspace=ws, timeout_s=120)
     assert r.exit_code == 0, r.stderr
     return list(json.loads(r.stdout))
 
 
-@pytest.mark.sandbox
-@needs_bwrap
-def test_editable_install_shows_no_task_data(tmp_path: Path) -> None:
-    assert _hunt(BubblewrapBackend(), tmp_path) == []
+@pytest.fixture(scope="module", params=ISOLATING)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    made = make_isolating(request.param)
+    yield made
+    made.close()
 
 
 @pytest.mark.sandbox
-@needs_bwrap
-def test_sandbox_python_has_pytest_and_nothing_else(tmp_path: Path) -> None:
+def test_editable_install_shows_no_task_data(backend: Backend, tmp_path: Path) -> None:
+    assert _hunt(backend, tmp_path) == []
+
+
+@pytest.mark.sandbox
+def test_sandbox_python_has_pytest_and_nothing_else(backend: Backend, tmp_path: Path) -> None:
     code = "import pytest, sys; import importlib.util as u; print(u.find_spec('gymnasium'))"
-    r = BubblewrapBackend().run(["python", "-c", code], workspace=tmp_path, timeout_s=60)
+    r = backend.run(["python", "-c", code], workspace=tmp_path, timeout_s=60)
     assert (r.exit_code, r.stdout.strip()) == (0, "None"), r.stderr
+
+
+# An image that holds task data the way real ones would: agentgym-envs pip-installed in a
+# virtual environment and in the interpreter's site-packages, and a source checkout.
+LEAKY_DOCKERFILE = """FROM {base}
+COPY data /opt/venv/lib/python3.11/site-packages/agentgym_envs/_data
+COPY data /usr/local/lib/python3.11/site-packages/agentgym_envs/_data
+COPY data /srv/checkout/agentgym_envs/_data
+COPY data/fixtures /srv/checkout/fixtures
+"""
+
+
+@pytest.mark.sandbox
+@pytest.mark.docker
+@needs_docker
+def test_docker_image_with_agentgym_installed_shows_no_task_data(tmp_path: Path) -> None:
+    base = DockerBackend()
+    data = tmp_path / "ctx" / "data"
+    (data / "tasks" / "sandbox").mkdir(parents=True)
+    (data / "tasks" / "sandbox" / "repofix.jsonl").write_text(
+        '{"id": "repofix-intervals-easy-test-1", "fail_to_pass": ["t"]}\n'
+    )
+    hidden = data / "fixtures" / "repos" / "intervals" / "tests" / "hidden"
+    hidden.mkdir(parents=True)
+    (hidden / "test_interval_core.py").write_text("def test_bounds_must_not_be_reversed(): ...\n")
+    (tmp_path / "ctx" / "Dockerfile").write_text(LEAKY_DOCKERFILE.format(base=base._image_id))
+    tag = f"agentgym-test-leaky:{os.getpid()}"
+    client = docker_module().from_env()
+    client.images.build(path=str(tmp_path / "ctx"), tag=tag, rm=True, forcerm=True)
+    try:
+        leaky = DockerBackend(image=tag)
+        try:
+            found = {f"{p}/lib/python3.11/site-packages" for p in ("/opt/venv", "/usr/local")}
+            assert set(leaky._covered) == {*found, "/srv/checkout"}
+            ws = tmp_path / "ws"
+            ws.mkdir()
+            assert _hunt(leaky, ws) == []
+        finally:
+            leaky.close()
+    finally:
+        client.images.remove(tag, force=True)
+        client.close()
+        base.close()
 
 
 def test_bubblewrap_mounts_neither_the_environment_nor_task_data() -> None:
@@ -86,20 +140,24 @@ def test_bubblewrap_mounts_neither_the_environment_nor_task_data() -> None:
 def test_docker_mounts_only_the_runtime_and_the_workspace(tmp_path: Path) -> None:
     docker = DockerBackend.__new__(DockerBackend)  # no engine needed for the mount plan
     docker.image_python = f"/usr/local/bin/python{runtime.VERSION}"
-    hidden = tmp_path / "hidden"
+    docker._covered = ("/srv/checkout",)  # what the image probe found
+    hidden, stdin = tmp_path / "hidden", tmp_path / "stdin"
     hidden.mkdir()
+    stdin.mkdir()
     call = _Call(("true",), str(tmp_path), 10.0, DEFAULT_LIMITS, {}, (
         (False, str(hidden), "/workspace/tests/hidden"),), None)  # fmt: skip
-    volumes, tmpfs = docker.mounts(call)
-    assert {v["bind"] for v in volumes.values()} == {
-        runtime.SANDBOX_PREFIX,
-        "/workspace",
-        "/workspace/tests/hidden",
+    volumes, tmpfs = docker.mounts(call, stdin)
+    assert {v["bind"]: v["mode"] for v in volumes.values()} == {
+        runtime.SANDBOX_PREFIX: "ro",
+        "/workspace": "rw",
+        "/workspace/tests/hidden": "ro",
+        "/agentgym/stdin": "ro",
     }
     for source in volumes:
         for data in [os.path.realpath(sys.prefix), *runtime.data_locations()]:
             assert not (os.path.realpath(source) + "/").startswith(data + "/"), source
     assert f"/usr/local/lib/python{runtime.VERSION}/site-packages" in tmpfs
+    assert tmpfs["/srv/checkout"].startswith("ro")
     runtime_dir = Path(next(s for s, v in volumes.items() if v["bind"] == runtime.SANDBOX_PREFIX))
     assert not list(runtime_dir.rglob("*.jsonl")) and not list(runtime_dir.rglob("_data"))
 
