@@ -319,6 +319,7 @@ class _RunCgroups:
         values = {"pids": ("pids.max", limits.processes),
                   "memory": ("memory.limit_in_bytes", limits.memory_mb * _MIB)}  # fmt: skip
         self.dirs: list[Path] = []
+        self.procs: tuple[str, ...] = ()  # remove() (on a failed mkdir below) kills these
         try:
             for root in roots:
                 self.dirs.append(root.path / name)

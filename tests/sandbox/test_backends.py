@@ -428,3 +428,13 @@ def test_unsafe_is_only_for_the_local_backend() -> None:
     local = LocalBackend(unsafe=True)
     assert choose_backend(local, True) is local and choose_backend(local, False) is local
     assert isinstance(choose_backend("local", True), LocalBackend)
+
+
+def test_a_cgroup_that_cannot_be_made_is_a_sandbox_error(tmp_path: Path) -> None:
+    """Where cgroup folders cannot be created (inside a container), the run gets the
+    SandboxError that names cgroups=False, not an AttributeError from the cleanup."""
+    from agentgym_envs.sandbox._process import SandboxError, _CgroupRoot, _RunCgroups
+
+    missing = _CgroupRoot("pids", tmp_path / "no" / "such" / "cgroup")
+    with pytest.raises(SandboxError, match="cgroups=False"):
+        _RunCgroups([missing], Limits())
