@@ -7,6 +7,19 @@ with messages reduced to ``{"role", "content"}``. The assistant content is the r
 action text the policy wrote, which already holds its tool call (as JSON, a
 ``<tool_call>`` block or ``name(arg=...)``), so nothing is lost by dropping the parsed
 ``tool_calls``.
+
+For models that call tools natively, SFT rows can instead carry the calls as structured
+data (``tool_calls="native"``; ``agentgym traj export --format sft --tool-calls native``),
+in the format TRL's ``SFTTrainer`` and Hugging Face chat templates read: a ``tools``
+column with the OpenAI-format schemas of the tools the episode had (renamed where the
+task renamed them), each tool-calling turn as ``{"role": "assistant", "content": "",
+"tool_calls": [{"id", "type": "function", "function": {"name", "arguments": {...}}}]}``
+and the env's answer to it as ``{"role": "tool", "tool_call_id", "name", "content"}``.
+A turn without a call (a message to the user, an unparsable action) stays an assistant
+text message, and its answer a ``user`` message. A ``tool`` message holds the env's whole
+answer to the turn, as the agent saw it (live native mode, ``gym.make(...,
+tool_mode="native")``, further splits a simulated user's reply into a ``user`` message).
+Load such files with ``datasets`` >= 4.7, whose ``Json`` type keeps each row's own keys.
 """
 
 from __future__ import annotations
@@ -19,6 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.export_native import (
+    NativeExportError,
+    episode_tools,
+    native_features,
+    native_messages,
+)
 from agentgym_envs.eval.store import _JSON_FIELDS, StoredEpisode, TrajectoryStore
 
 if TYPE_CHECKING:
@@ -29,6 +48,8 @@ logger = logging.getLogger(__name__)
 HFKind = Literal["sft", "preferences", "episodes"]
 HF_KINDS = ("sft", "preferences", "episodes")
 _FILTERS = ("env_id", "task_id", "policy", "run_id", "outcome", "success", "valid")
+ToolCallFormat = Literal["text", "native"]
+TOOL_CALL_FORMATS = ("text", "native")
 
 
 def chat(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -36,16 +57,36 @@ def chat(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
 
 
-def sft_rows(store: TrajectoryStore, **filters: Any) -> Iterator[dict[str, Any]]:
-    """One ``{"messages", ...}`` row per successful, valid episode matching ``filters``."""
+def sft_rows(
+    store: TrajectoryStore, *, tool_calls: ToolCallFormat = "text", **filters: Any
+) -> Iterator[dict[str, Any]]:
+    """One ``{"messages", ...}`` row per successful, valid episode matching ``filters``.
+
+    Args:
+        store: the trajectory store.
+        tool_calls: ``"text"``: every message is ``{"role", "content"}``, tool calls stay
+            in the action text. ``"native"``: structured ``tool_calls`` and ``tool``
+            messages plus a ``tools`` column (see the module docstring); an episode whose
+            tools cannot be recovered, or with a turn of several calls, is left out with
+            a warning.
+        **filters: :meth:`TrajectoryStore.query` filters.
+
+    Raises:
+        ConfigError: an unknown ``tool_calls`` format or filter.
+    """
+    if tool_calls not in TOOL_CALL_FORMATS:
+        raise ConfigError(f"tool_calls must be one of {TOOL_CALL_FORMATS}, got {tool_calls!r}")
     for episode_id, ep in store.iter_episodes(**_sft_filters(filters)):
-        yield {
-            "messages": chat(ep.messages),
-            "episode_id": episode_id,
-            "env_id": ep.env_id,
-            "task_id": ep.task_id,
-            "policy": ep.policy,
-        }
+        row: dict[str, Any] = {"messages": chat(ep.messages)}
+        if tool_calls == "native":
+            try:
+                tools = episode_tools(ep)
+                row = {"messages": native_messages(ep), "tools": tools}
+            except NativeExportError as exc:
+                logger.warning("episode %d left out of the native SFT export: %s", episode_id, exc)
+                continue
+        row.update(episode_id=episode_id, env_id=ep.env_id, task_id=ep.task_id, policy=ep.policy)
+        yield row
 
 
 def preference_rows(store: TrajectoryStore, **filters: Any) -> list[dict[str, Any]]:
@@ -91,15 +132,22 @@ def episode_rows(store: TrajectoryStore, **filters: Any) -> Iterator[dict[str, A
         yield row
 
 
-def export_sft(store: TrajectoryStore, path: str | Path, **filters: Any) -> int:
+def export_sft(
+    store: TrajectoryStore,
+    path: str | Path,
+    *,
+    tool_calls: ToolCallFormat = "text",
+    **filters: Any,
+) -> int:
     """Write successful valid episodes as chat SFT JSONL; returns the number of lines.
 
     Args:
         store: the trajectory store.
         path: the JSONL file to write (replaced).
+        tool_calls: ``"text"`` (default) or ``"native"`` (see :func:`sft_rows`).
         **filters: :meth:`TrajectoryStore.query` filters (env_id, task_id, policy, ...).
     """
-    return _write_jsonl(path, sft_rows(store, **filters))
+    return _write_jsonl(path, sft_rows(store, tool_calls=tool_calls, **filters))
 
 
 def export_preferences(store: TrajectoryStore, path: str | Path, **filters: Any) -> int:
@@ -125,19 +173,28 @@ def export_episodes(store: TrajectoryStore, path: str | Path, **filters: Any) ->
 
 
 def export_hf(
-    store: TrajectoryStore, folder: str | Path, kind: HFKind = "sft", **filters: Any
+    store: TrajectoryStore,
+    folder: str | Path,
+    kind: HFKind = "sft",
+    *,
+    tool_calls: ToolCallFormat = "text",
+    **filters: Any,
 ) -> datasets.Dataset:
     """Build a Hugging Face dataset of ``kind`` rows and ``save_to_disk`` it in ``folder``.
 
     ``sft`` and ``preferences`` rows are those of :func:`export_sft` and
-    :func:`export_preferences`; ``episodes`` rows hold every stored field, nested ones
-    as JSON text. Load it back with ``datasets.load_from_disk(folder)``.
+    :func:`export_preferences` (``tool_calls`` applies to ``sft``); ``episodes`` rows
+    hold every stored field, nested ones as JSON text. Load it back with
+    ``datasets.load_from_disk(folder)``.
 
     Raises:
-        ConfigError: unknown ``kind``, or the ``datasets`` package is missing.
+        ConfigError: unknown ``kind``, native tool calls for another kind than ``sft``,
+            or the ``datasets`` package is missing.
     """
     if kind not in HF_KINDS:
         raise ConfigError(f"kind must be one of {HF_KINDS}, got {kind!r}")
+    if tool_calls != "text" and kind != "sft":
+        raise ConfigError(f"native tool calls are an SFT format; drop them for kind {kind!r}")
     try:
         import datasets
     except ImportError as exc:
@@ -146,14 +203,15 @@ def export_hf(
             "pip install 'agentgym-envs[eval]'"
         ) from exc
     if kind == "sft":
-        rows = list(sft_rows(store, **filters))
+        rows = list(sft_rows(store, tool_calls=tool_calls, **filters))
     elif kind == "preferences":
         rows = preference_rows(store, **filters)
     else:
         rows = list(episode_rows(store, **filters))
     if not rows:
         logger.warning("no %s rows match %s; writing an empty dataset", kind, filters or "{}")
-    dataset = datasets.Dataset.from_list(rows)
+    features = native_features(datasets) if tool_calls == "native" else None
+    dataset = datasets.Dataset.from_list(rows, features=features)
     dataset.save_to_disk(str(folder))
     return dataset
 

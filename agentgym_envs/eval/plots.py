@@ -234,38 +234,78 @@ def pareto_png(report: Mapping[str, Any]) -> bytes:
 
 
 def _stages(report: Mapping[str, Any], policies: list[str], entry: str) -> list[str]:
-    names: set[str] = set()
+    """The entry's stages as a funnel: the most often reached first (the mean share over
+    the policies; names in natural order break ties). The report keeps stages in name
+    order, which put ``imports_and_collects`` before ``opened_buggy_file``."""
+    reached: dict[str, list[float]] = {}
     for pid in policies:
         rates = metrics_of(report, pid, entry).get("stage_rates")
-        names |= {str(k) for k in rates} if isinstance(rates, Mapping) else set()
-    return sorted(names, key=natural_key)
+        for name, rate in rates.items() if isinstance(rates, Mapping) else ():
+            reached.setdefault(str(name), []).append(num(rate) or 0.0)
+    return sorted(reached, key=lambda s: (-sum(reached[s]) / len(reached[s]), natural_key(s)))
 
 
-def funnel_png(report: Mapping[str, Any]) -> bytes:
-    """Per entry, the share of valid episodes that reached each milestone stage, in
-    stage order, ending with success; one bar per policy in each group."""
+def _stage_label(name: str, width: int = 24) -> str:
+    """A stage name for an axis label: milestone ids longer than ``width`` break at their
+    underscores (``selected_required_`` / ``options``), so no label runs into a panel."""
+    lines: list[str] = []
+    for part in re.split(r"(?<=_)", name):
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return _mpl_text("\n".join(lines))
+
+
+def funnel_figure(report: Mapping[str, Any]) -> tuple[Any, list[str]]:
+    """The funnel as a matplotlib ``Figure`` (see :func:`funnel_png`), with the policies
+    its bars stand for (in colour order).
+
+    Bars are horizontal: the stage names are the y axis' labels, written level and one
+    under the other, so long milestone ids never collide (as rotated x labels did). The
+    first stage is at the top; the panels share a legend below them.
+    """
+    from matplotlib.figure import Figure
+
     policies, entries = policy_ids(report), entry_ids(report)
-    fig, axes = _figure(len(entries))
+    panels = max(1, len(entries))
+    cols = min(2, panels)  # wide panels: each carries its own column of stage labels
+    rows = math.ceil(panels / cols)
+    stages = {e: _stages(report, policies, e) for e in entries}
+    bars = max([len(s) + 1 for s in stages.values()] or [1])
+    bar_rows = bars * max(1, len(policies))
+    height = max(_PANEL_H, 0.9 + 0.16 * bar_rows)
+    fig = Figure(figsize=(_PANEL_W * 1.55 * cols, height * rows + 0.6), dpi=100,
+                 layout="constrained")  # fmt: skip
+    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
     width = 0.8 / max(1, len(policies))
     for ax, entry in zip(axes, entries, strict=False):
-        stages = _stages(report, policies, entry)
+        labels = [*stages[entry], "success"]
         for i, pid in enumerate(policies):
             m = metrics_of(report, pid, entry)
             rates = m.get("stage_rates")
             rates = rates if isinstance(rates, Mapping) else {}
-            ys = [num(rates.get(s)) or 0.0 for s in stages] + [num(m.get("success_rate")) or 0.0]
-            xs = [j - 0.4 + width * (i + 0.5) for j in range(len(ys))]
-            ax.bar(xs, ys, width=width, color=_colour(i))
-        labels = [*stages, "success"]
-        ax.set_xticks(range(len(labels)), [_mpl_text(s) for s in labels], fontsize=7)
-        if len(labels) > 4:
-            ax.tick_params(axis="x", labelrotation=45)
-        ax.set_title(_mpl_text(entry) + ("" if stages else " (no milestones)"), fontsize=10)
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("share of valid episodes", fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
+            xs = [num(rates.get(s)) or 0.0 for s in stages[entry]]
+            xs.append(num(m.get("success_rate")) or 0.0)
+            ys = [j - 0.4 + width * (i + 0.5) for j in range(len(xs))]
+            ax.barh(ys, xs, height=width, color=_colour(i))
+        ax.set_yticks(range(len(labels)), [_stage_label(s) for s in labels], fontsize=8)
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # the first stage on top
+        ax.set_title(_mpl_text(entry) + ("" if stages[entry] else " (no milestones)"), fontsize=10)
+        ax.set_xlim(0, 1.05)
+        ax.set_xlabel("share of valid episodes", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
     if not entries:
         _no_data(axes[0], "no results")
+    return fig, policies
+
+
+def funnel_png(report: Mapping[str, Any]) -> bytes:
+    """Per entry, the share of valid episodes that reached each milestone stage, most
+    often reached first, ending with success; one bar per policy in each group."""
+    fig, policies = funnel_figure(report)
     return _finish(fig, policies, "s", line=False)
 
 

@@ -310,9 +310,12 @@ def render_markdown(report: Mapping[str, Any], plot_dir: str | None = "plots") -
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1400px;padding:0 16px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:12.5px;margin:8px 0;display:block;overflow-x:auto}
+h3{font-size:14px;margin:14px 0 4px}
+.scroll{overflow-x:auto;margin:8px 0;max-width:100%}
+table{border-collapse:collapse;font-size:12.5px}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap;vertical-align:top}
-th{background:#f3f3f3}td:first-child,th:first-child,td.l{text-align:left}
+th{background:#f3f3f3;white-space:normal;min-width:4em}
+td:first-child,th:first-child,td.l,th.l{text-align:left}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px}dt{font-weight:600}
 dd{margin:0}pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;margin:2px 0}
 img{max-width:100%;border:1px solid #eee}figure{margin:12px 0}figcaption{color:#555}
@@ -323,19 +326,60 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+_LIST_COLS = ("stages", "outcomes")
+"""Columns whose cells list ``name figure`` items: in HTML one item per line (a stage
+list on one line made the per-entry table several screens wide)."""
+
+
+def _html_cell(text: str, *, name: bool, listing: bool) -> str:
+    if listing and text != "-":
+        return '<td class="l">' + "<br>".join(_e(item) for item in text.split(", ")) + "</td>"
+    return f'<td class="l">{_e(text)}</td>' if name else f"<td>{_e(text)}</td>"
+
+
 def _html_table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
-    """A table whose first ``text_cols`` columns are left-aligned names."""
-    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    """A table whose first ``text_cols`` columns are left-aligned names, in a box that
+    scrolls sideways when the table is wider than the page (never clipped by it)."""
+    lists = [i >= text_cols and h in _LIST_COLS for i, h in enumerate(head)]
+    th = "".join(
+        f'<th class="l">{_e(h)}</th>' if i < text_cols or lists[i] else f"<th>{_e(h)}</th>"
+        for i, h in enumerate(head)
+    )
     body = "".join(
         "<tr>"
-        + "".join(
-            f'<td class="l">{_e(c)}</td>' if i < text_cols else f"<td>{_e(c)}</td>"
-            for i, c in enumerate(row)
-        )
+        + "".join(_html_cell(c, name=i < text_cols, listing=lists[i]) for i, c in enumerate(row))
         + "</tr>"
         for row in rows
     )
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    table = f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll" role="region" tabindex="0">{table}</div>'
+
+
+def _is_success_col(head: str) -> bool:
+    return head in ("valid/episodes", "success [95% CI]") or head.startswith(("pass@", "pass^"))
+
+
+_COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("success", _is_success_col),
+    ("milestone stages reached", lambda head: head == "stages"),
+    ("effort, cost and safety", lambda head: head != "stages" and not _is_success_col(head)),
+)
+"""How the HTML page splits the wide metric tables: one table per group of columns, each
+repeating the name columns, so that every table fits the page (the single per-entry
+table of every column ran several screens wide, past the page's edge)."""
+
+
+def _html_tables(head: list[str], rows: list[list[str]], text_cols: int, title: str) -> str:
+    """The metric table ``head``/``rows`` as one titled table per column group."""
+    out = []
+    for group, picks in _COLUMN_GROUPS:
+        cols = [i for i in range(text_cols, len(head)) if picks(head[i])]
+        if cols:
+            keep = [*range(text_cols), *cols]
+            body = [[row[i] for i in keep] for row in rows]
+            out.append(f"<h3>{_e(title)}: {_e(group)}</h3>")
+            out.append(_html_table([head[i] for i in keep], body, text_cols=text_cols))
+    return "\n".join(out)
 
 
 def _header(report: Mapping[str, Any]) -> str:
@@ -377,11 +421,11 @@ def _html(report: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         "<h2>Success rate by entry</h2>",
         _html_table(*_matrix(report)),
         "<h2>Overall per policy</h2>",
-        _html_table(*_overall_table(report)),
+        _html_tables(*_overall_table(report), text_cols=1, title="Overall"),
         "<h2>Per entry</h2>",
         "<p>Rates are over valid episodes (env errors are excluded and counted apart); "
         "the interval is the 95% Wilson score interval.</p>",
-        _html_table(*_entry_table(report), text_cols=2),
+        _html_tables(*_entry_table(report), text_cols=2, title="Per entry"),
         "<h2>Envs and versions</h2>",
         _html_table(*_versions_table(report), text_cols=5),
         "<h2>Plots</h2>",

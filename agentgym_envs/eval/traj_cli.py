@@ -18,6 +18,7 @@ from agentgym_envs.console import console
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.export import (
     HF_KINDS,
+    TOOL_CALL_FORMATS,
     export_episodes,
     export_hf,
     export_preferences,
@@ -55,6 +56,14 @@ def add_parser(sub: Any) -> None:
     ex.add_argument("--out", required=True, help="JSONL file, or a folder for --format hf")
     ex.add_argument(
         "--kind", default="sft", choices=HF_KINDS, help="rows of the HF dataset (--format hf)"
+    )
+    ex.add_argument(
+        "--tool-calls",
+        default="text",
+        choices=TOOL_CALL_FORMATS,
+        help="SFT rows: 'text' keeps each call in the assistant's action text (default); "
+        "'native' writes structured tool_calls, tool messages with matching ids and a "
+        "tools column (OpenAI format), as TRL's SFTTrainer reads them",
     )
     _add_filters(ex)
     ex.set_defaults(func=cmd_export)
@@ -258,15 +267,18 @@ def episode_html(episode_id: int, ep: StoredEpisode) -> str:
 
 def cmd_export(args: argparse.Namespace) -> int:
     filters = _filters(args)
+    sft = args.format == "sft" or (args.format == "hf" and args.kind == "sft")
+    if args.tool_calls != "text" and not sft:
+        raise ConfigError("--tool-calls native is for SFT rows: --format sft, or hf --kind sft")
     with _open(args.store) as store:
         if args.format == "sft":
-            n = export_sft(store, args.out, **filters)
+            n = export_sft(store, args.out, tool_calls=args.tool_calls, **filters)
         elif args.format == "preferences":
             n = export_preferences(store, args.out, **filters)
         elif args.format == "episodes-jsonl":
             n = export_episodes(store, args.out, **filters)
         else:
-            n = len(export_hf(store, args.out, kind=args.kind, **filters))
+            n = len(export_hf(store, args.out, args.kind, tool_calls=args.tool_calls, **filters))
     what = args.kind if args.format == "hf" else args.format
     console.print(f"wrote {n} {what} rows to {args.out}")
     return 0

@@ -200,7 +200,9 @@ def _hunt(obs: str, info: dict[str, Any]) -> Generator[str, tuple[str, dict[str,
     task = load_task_set("sandbox/repofix.jsonl").get(info["task"]["id"])
     report = info["task"]["instruction"].splitlines()[2].strip()
     gold = [json.loads(a)["arguments"]["new"].strip() for a in task.solution if a.startswith("{")]
-    tests = sorted(p.name for p in (repo_dir(task.spec["repo"]) / "tests" / "hidden").iterdir())
+    hidden = repo_dir(task.spec["repo"]) / "tests" / "hidden"
+    # an installed wheel's fixtures hold the bytecode pip compiled at install time
+    tests = sorted(p.name for p in hidden.iterdir() if p.name != "__pycache__")
     needles = [report, "fail_to_pass", *[g for g in gold if len(g) > 12]]
     code = f"NEEDLES = {needles!r}\nTESTS = set({tests!r})\n" + _HUNT
     yield _run_python(code)
