@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentgym_envs.llm import precision
-from agentgym_trainers.rollout import Trajectory
+from agentgym_trainers.rollout import Trajectory, token_versions
 
 
 @dataclass
@@ -26,7 +26,7 @@ class TrainSeq:
     mask: list[int]
     sampler_logprobs: list[float]
     traj: int  # index of its trajectory in the batch
-    version: int  # policy version that sampled it
+    version: int  # policy version that sampled it (the oldest of its tokens)
     advantages: list[float] = field(default_factory=list)
     # PPO: rewards at each turn's last token, and the discount to the next agent token
     rewards: list[float] = field(default_factory=list)
@@ -34,6 +34,9 @@ class TrainSeq:
     # PPO: value targets and the critic's values at rollout time
     returns: list[float] = field(default_factory=list)
     old_values: list[float] = field(default_factory=list)
+    # the policy version that sampled each token, where they differ (empty: every token
+    # is ``version``): asynchronous rollouts can push new weights between two turns
+    token_versions: list[int] = field(default_factory=list)
 
     @property
     def agent_tokens(self) -> int:
@@ -53,6 +56,8 @@ def sequences(
         discounts = turn_discounts[i]
         for seg in traj.segments:
             n = len(seg.ids)
+            versions = token_versions(traj, seg)
+            sampled = {v for v, m in zip(versions, seg.mask, strict=True) if m}
             rewards = [0.0] * n
             gammas = [1.0] * n
             for end, turn in zip(seg.turn_ends, seg.turns, strict=True):
@@ -65,9 +70,10 @@ def sequences(
                     mask=list(seg.mask),
                     sampler_logprobs=list(seg.logprobs),
                     traj=i,
-                    version=traj.policy_version,
+                    version=min(sampled, default=traj.policy_version),
                     rewards=rewards,
                     gammas=gammas,
+                    token_versions=versions if len(sampled) > 1 else [],
                 )
             )
     return out

@@ -100,6 +100,14 @@ class RolloutConfig:
     """Nucleus sampling mass."""
     sampling_seed: int = 0
     """Seed of the policy's token sampling (separate from env seeds)."""
+    rollout: Literal["sync", "async"] = "sync"
+    """'sync': each step plays its episodes, then trains on them. 'async': a rollout
+    worker plays with the previous weights while the learner trains, each step takes the
+    oldest tasks_per_step finished groups, and tokens sampled more than max_lag versions
+    behind are masked (see agentgym_trainers/async_rollout.py)."""
+    async_timeout_s: float = 600.0
+    """With --rollout async: raise if the rollout worker delivers no batch for this long
+    (a hung env or generation server), rather than wait forever."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +139,8 @@ class OptimConfig:
     max_lag: int = 1
     """Drop samples whose sampler weights are more than this many policy versions behind
     the learner's (a version is one rollout batch's updates; epochs and minibatches over
-    one batch are never stale)."""
+    one batch are never stale). Per token: with --rollout async the stale turns of an
+    episode are masked and its fresher turns train."""
     tis_cap: float = 2.0
     """Truncated importance sampling cap C in min(pi_old/mu, C)."""
 
@@ -235,6 +244,11 @@ class RunConfig:
     """Keep the newest K checkpoints and delete older ones (0: keep all)."""
     resume: bool = False
     """Continue from the newest checkpoint in run_dir."""
+    log_to: str = ""
+    """Also log every step's metrics to these trackers, comma-separated: 'tensorboard'
+    (event files in run_dir/tensorboard; extra tensorboard) and 'wandb' (Weights & Biases
+    in run_dir/wandb, offline unless WANDB_API_KEY or WANDB_MODE is set; extra wandb).
+    (default: none, only metrics.jsonl and curves.png)"""
 
 
 @dataclass(frozen=True)
@@ -299,6 +313,8 @@ class TrainConfig:
             raise ConfigError(f"warmup_steps must be >= 0, got {o.warmup_steps}")
         if o.max_lag < 0 or o.tis_cap < 1.0:
             raise ConfigError("max_lag must be >= 0 and tis_cap >= 1")
+        if not r.async_timeout_s > 0:
+            raise ConfigError(f"async_timeout_s must be > 0 seconds, got {r.async_timeout_s}")
         if not 0.0 <= a.gamma <= 1.0 or not 0.0 <= a.lam <= 1.0:
             raise ConfigError("gamma and lam must be in [0, 1]")
         if a.time_discount < 0:
@@ -307,6 +323,9 @@ class TrainConfig:
             raise ConfigError(f"baseline_decay must be in [0, 1), got {a.baseline_decay}")
         if self.algo in IMITATION_ALGOS and self.sft.steps < 1:
             raise ConfigError(f"algo {self.algo} needs --sft-steps >= 1")
+        from agentgym_trainers.runlog import parse_trackers  # no torch: the CLI stays light
+
+        parse_trackers(self.run.log_to)  # a bad name or a missing package fails here
 
     @classmethod
     def from_flat(cls, **values: Any) -> TrainConfig:

@@ -14,6 +14,14 @@ GRPO, RLOO and PPO from the same small model and the same SFT warm start, and wr
 
 Every run is deterministic on CPU: fixed model initialisation, task sampling, env and
 sampling seeds.
+
+``--rollout async --max-lag K`` trains the same recipe with asynchronous rollouts
+(:mod:`agentgym_trainers.async_rollout`); its results are stored next to the synchronous
+ones under the key ``<algo>-async`` (``<algo>-async-lagK`` for ``K != 1``), and the
+README compares the two: RL steps per hour and the held-out success difference with a
+paired 95% interval over tasks. Async runs are not deterministic (thread timing decides
+which weights sample each turn), except with ``--max-lag 0``, which is the synchronous
+schedule.
 """
 
 from __future__ import annotations
@@ -188,16 +196,54 @@ def algo_result(summary: dict[str, Any], wall_s: float) -> dict[str, Any]:
             "rl_gain_greedy": round(g1["success"] - g0["success"], 4),
             "intervals_separate_greedy": g1["ci95"][0] > g0["ci95"][1],
         }
+    rl_seconds = float(summary.get("rl_seconds", 0.0))
     return {
         **phases,
         "rl_gain": round(end["success"] - start["success"], 4),
         "intervals_separate": end["ci95"][0] > start["ci95"][1],
         **greedy,
         "sft_seconds": round(float(summary.get("sft_seconds", 0.0)), 1),
-        "rl_seconds": round(float(summary.get("rl_seconds", 0.0)), 1),
+        "rl_seconds": round(rl_seconds, 1),
         "rl_steps": int(summary.get("steps", 0)),
+        "steps_per_hour": round(int(summary.get("steps", 0)) * 3600 / max(rl_seconds, 1e-9), 1),
         "wall_s": round(wall_s, 1),
     }
+
+
+def result_key(algo: str, rollout: str = "sync", max_lag: int = 1) -> str:
+    """The name a run's results are stored under: the algorithm, with ``-async`` (and
+    ``-lagK`` unless K is 1) for asynchronous rollouts, so both sit side by side."""
+    if rollout == "sync":
+        return algo
+    return f"{algo}-async" if max_lag == 1 else f"{algo}-async-lag{max_lag}"
+
+
+def base_algo(key: str) -> str:
+    """The algorithm of a result key (``grpo-async`` -> ``grpo``)."""
+    return key.split("-", 1)[0]
+
+
+def paired_difference(
+    before: dict[str, list[int]],
+    after: dict[str, list[int]],
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Success of ``after`` minus ``before`` on the tasks both evaluated, with a 95%
+    percentile-bootstrap interval that resamples tasks (both runs use the same held-out
+    tasks and env seeds, so the difference is paired by task). Deterministic."""
+    import numpy as np
+
+    tasks = sorted(set(before) & set(after))
+    if not tasks:
+        return 0.0, -1.0, 1.0
+    a = np.array([[sum(before[t]), len(before[t])] for t in tasks], dtype=float)
+    b = np.array([[sum(after[t]), len(after[t])] for t in tasks], dtype=float)
+    picks = np.random.default_rng(seed).integers(0, len(tasks), size=(resamples, len(tasks)))
+    diffs = b[picks, 0].sum(1) / b[picks, 1].sum(1) - a[picks, 0].sum(1) / a[picks, 1].sum(1)
+    low, high = np.quantile(diffs, [0.025, 0.975])
+    point = b[:, 0].sum() / b[:, 1].sum() - a[:, 0].sum() / a[:, 1].sum()
+    return float(point), float(low), float(high)
 
 
 def run_recipe(
@@ -207,6 +253,8 @@ def run_recipe(
     algos: Sequence[str] | None = None,
     command: str = "",
     from_runs: bool = False,
+    rollout: str = "sync",
+    max_lag: int = 1,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Run ``recipe`` for each algorithm and write summary, metrics and curves to ``out``.
@@ -214,33 +262,52 @@ def run_recipe(
     With ``from_runs`` nothing is trained: the results are rebuilt from the finished run
     folders in ``work`` (their ``summary.json`` and ``metrics.jsonl``); the wall time is
     then the run's own ``train_seconds`` (evaluations, SFT and RL; not model loading).
+    With ``rollout="async"`` each algorithm trains with asynchronous rollouts and
+    ``max_lag``; its results go under :func:`result_key` (``grpo-async``), next to the
+    synchronous ones of the same recipe and config.
     """
     chosen = tuple(algos or recipe.algos)
     unknown = [a for a in chosen if a not in recipe.algos]
     if unknown:
         raise ConfigError(f"recipe {recipe.name!r} has no algorithm {unknown}; use {recipe.algos}")
+    if rollout not in ("sync", "async"):
+        raise ConfigError(f"rollout must be 'sync' or 'async', got {rollout!r}")
+    if "rollout" in overrides or (rollout == "async" and "max_lag" in overrides):
+        raise ConfigError(
+            "set the rollout mode with --rollout/--max-lag, not --set: the results' name "
+            "(grpo or grpo-async) follows from them"
+        )
+    mode = {} if rollout == "sync" else {"rollout": "async", "max_lag": max_lag}
     config = {**dataclasses.asdict(recipe), "overrides": overrides}
     model = str(build_model(recipe, work / "model0"))
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for algo in chosen:
-        run_dir = work / algo
+        key = result_key(algo, rollout, max_lag)
+        run_dir = work / key
         if from_runs:
             summary = json.loads((run_dir / "summary.json").read_text())
-            results[algo] = algo_result(summary, float(summary["train_seconds"]))
+            results[key] = algo_result(summary, float(summary["train_seconds"]))
         else:
             shutil.rmtree(run_dir, ignore_errors=True)  # a rerun must not append to old rows
             start = time.perf_counter()
-            summary = train(recipe.config(algo, model, run_dir, **overrides))
-            results[algo] = algo_result(summary, time.perf_counter() - start)
-        rows += [{"algo": algo, **row} for row in read_metrics(run_dir / "metrics.jsonl")]
-        log.info("%s %s: %s", recipe.name, algo, json.dumps(results[algo]))
+            summary = train(recipe.config(algo, model, run_dir, **overrides, **mode))
+            results[key] = algo_result(summary, time.perf_counter() - start)
+        if mode:
+            results[key]["rollout"] = mode
+        rows += [{"algo": key, **row} for row in read_metrics(run_dir / "metrics.jsonl")]
+        log.info("%s %s: %s", recipe.name, key, json.dumps(results[key]))
     # algorithms run by other calls of the same recipe and config are kept (read when
     # this call ends), so the three can run in separate or concurrent calls
     out.mkdir(parents=True, exist_ok=True)
     with _locked(work / ".results.lock"):  # concurrent calls merge in turn
         results, rows, commands = _merge(out, config, results, rows)
-        results = {a: results[a] for a in recipe.algos if a in results}
+        order = {a: i for i, a in enumerate(recipe.algos)}
+        results = {
+            k: results[k]
+            for k in sorted(results, key=lambda k: (order.get(base_algo(k), len(order)), k))
+            if base_algo(k) in order
+        }
         primary = recipe.primary if recipe.primary in results else next(iter(results))
         report = {
             "recipe": recipe.name,
@@ -295,10 +362,47 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
             f"| {'yes' if res['intervals_separate'] else 'no'} | {greedy[0]} | {greedy[1]} "
             f"| {res.get('rl_gain_greedy', float('nan')):+.3f} | {res['wall_s']:.0f} |"
         )
+    lines += _async_comparison(report["algos"])
     lines += ["", "![curves](curves.png)", ""]
     if why:
         lines += ["## Why this recipe", "", why, ""]
     return "\n".join(lines)
+
+
+def _async_comparison(algos: dict[str, Any]) -> list[str]:
+    """README lines comparing each asynchronous run with the synchronous run of the same
+    algorithm: RL steps per hour (the speedup) and the held-out success difference after
+    RL, with a paired 95% interval over tasks."""
+    pairs = [(k, base_algo(k)) for k in algos if k != base_algo(k) and base_algo(k) in algos]
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "Asynchronous vs synchronous rollouts (same recipe and seeds): RL steps per hour, "
+        "and the held-out success after RL minus the synchronous run's, with a paired 95% "
+        "interval (task bootstrap).",
+        "",
+        "| run | max lag | steps/h | sync steps/h | speedup | success diff [95% CI] "
+        "| greedy diff [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, base in pairs:
+        a, s = algos[key], algos[base]
+        fast, slow = a.get("steps_per_hour", 0.0), s.get("steps_per_hour", 0.0)
+        cells = []
+        for get in (lambda r: r["after_rl"], lambda r: r["after_rl"].get("greedy")):
+            mine, theirs = get(a), get(s)
+            if not (mine and theirs):
+                cells.append("-")
+                continue
+            diff, low, high = paired_difference(theirs["per_task"], mine["per_task"])
+            cells.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]")
+        lag = a.get("rollout", {}).get("max_lag", "?")
+        speedup = f"{fast / slow:.2f}x" if slow else "-"
+        lines.append(
+            f"| {key} | {lag} | {fast:.0f} | {slow:.0f} | {speedup} | {cells[0]} | {cells[1]} |"
+        )
+    return lines
 
 
 def _merge(
@@ -401,6 +505,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="train nothing: rebuild the results from the finished run folders in --work",
     )
     parser.add_argument(
+        "--rollout",
+        choices=("sync", "async"),
+        default="sync",
+        help="async: train with asynchronous rollouts; results are stored as <algo>-async",
+    )
+    parser.add_argument(
+        "--max-lag",
+        type=int,
+        default=1,
+        help="with --rollout async: the largest policy lag trained on (default: 1)",
+    )
+    parser.add_argument(
         "--set",
         nargs="+",
         default=[],
@@ -428,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.algos,
             command=command,
             from_runs=args.from_runs,
+            rollout=args.rollout,
+            max_lag=args.max_lag,
             **overrides,
         )
     return 0

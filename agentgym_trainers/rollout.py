@@ -14,12 +14,19 @@ observations and template markers get mask 0. When the next turn would not fit i
 * ``summary`` -- as ``drop``, plus a short structured note listing the removed actions.
 
 The system prompt and the task (the first observation) are always kept.
+
+Every turn records the weights version of the generator that sampled it
+(``Trajectory.turn_versions``): with asynchronous rollouts new weights may arrive between
+two turns of one episode. A generation server that fails
+(:class:`~agentgym_envs.llm.http_generator.GenerationServerError`) ends the episodes of
+that generation call as ``env_error``, like an env crash: never a policy failure.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,6 +36,7 @@ import gymnasium as gym
 from agentgym_envs.core.episode import EpisodeFold, EpisodeSummary, Truncation
 from agentgym_envs.llm.chat import ChatFormat, Message
 from agentgym_envs.llm.generation import Generator, Sample
+from agentgym_envs.llm.http_generator import GenerationServerError
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +84,7 @@ class Trajectory:
 
     job: RolloutJob
     policy_version: int
+    """The version of the weights that sampled its first turn (the oldest)."""
     segments: list[Segment] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     durations_s: list[float] = field(default_factory=list)
@@ -89,6 +98,8 @@ class Trajectory:
     # a cut episode (time or context limit) did not end: the template and observation
     # tokens after its last action are the state a critic bootstraps from
     tail_ids: list[int] = field(default_factory=list)
+    # the weights version that sampled each turn (one per action)
+    turn_versions: list[int] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         """Plain JSON data for the run's trajectory file (token ids left out)."""
@@ -98,6 +109,7 @@ class Trajectory:
             "group": self.job.group,
             "seeds": {**ep.seeds, "env": self.job.env_seed},
             "policy_version": self.policy_version,
+            "turn_versions": list(self.turn_versions),
             "versions": dict(ep.versions),
             "return": ep.reward,
             "rewards": list(ep.rewards),
@@ -210,47 +222,114 @@ class RolloutRunner:
 
         Args:
             jobs: the episodes to play.
-            policy_version: recorded on every trajectory.
+            policy_version: recorded on every trajectory and every turn.
             script: instead of sampling, act with a scripted policy (the SFT warm start
                 uses the oracle): called with each new episode's env, it returns the
                 function that gives the next action text. Its tokens get mask 1 and
                 log-probability 0.
         """
         stats = RolloutStats()
-        queue = list(enumerate(jobs))
+        queue = deque(enumerate(jobs))
         results: dict[int, Trajectory] = {}
-        live: dict[int, tuple[int, _Episode]] = {}  # slot -> (job index, episode)
-        while queue or live:
+        self.play(
+            lambda: queue.popleft() if queue else None,
+            results.__setitem__,
+            stats,
+            policy_version=policy_version,
+            script=script,
+        )
+        return [results[i] for i in range(len(jobs))], stats
+
+    def play(
+        self,
+        feed: Callable[[], tuple[int, RolloutJob] | None],
+        emit: Callable[[int, Trajectory], None],
+        stats: RolloutStats,
+        *,
+        policy_version: int | None = None,
+        script: Callable[[gym.Env[Any, Any]], Callable[[], str]] | None = None,
+        before_generate: Callable[[], None] | None = None,
+    ) -> None:
+        """Play jobs until ``feed`` has none left and every episode has ended.
+
+        The streaming form of :meth:`collect`, for a rollout worker that is handed jobs
+        while it plays: free env slots take ``(key, job)`` pairs from ``feed`` (None: no
+        job now) before every generation call, and each trajectory goes to
+        ``emit(key, trajectory)`` as soon as it ends.
+
+        Args:
+            feed: the next job and its key, or None.
+            emit: receives each finished trajectory with its job's key.
+            stats: time and tokens are added to it.
+            policy_version: the version recorded on every turn (default: the
+                generator's ``weights_version`` after the call that sampled it).
+            script: act with a scripted policy (see :meth:`collect`).
+            before_generate: called before each generation call, after free slots
+                took their jobs (an asynchronous worker loads new weights here, so a
+                job is never sampled with weights older than those pushed before it).
+        """
+        live: dict[int, tuple[int, _Episode]] = {}  # slot -> (job key, episode)
+        while True:
             for slot in range(len(self.envs)):
-                while slot not in live and queue:
-                    index, job = queue.pop(0)
-                    episode = self._start(slot, job, policy_version, stats)
+                while slot not in live and (item := feed()) is not None:
+                    index, job = item
+                    first = policy_version
+                    if first is None:
+                        first = self.sampler.weights_version
+                    episode = self._start(slot, job, first, stats)
                     if episode.fold.done:
-                        results[index] = self._finish(episode)
+                        emit(index, self._finish(episode))
                         continue
                     if script is not None:
                         episode.script = script(episode.env)
                     live[slot] = (index, episode)
             if not live:
-                break
+                return
+            if before_generate is not None:
+                before_generate()
             slots = sorted(live)
-            prompts = [live[s][1].segment.ids for s in slots]
-            budgets = [self._room(live[s][1]) for s in slots]
-            start = time.perf_counter()
-            if script is None:
+            samples = self._generate(live, slots, stats, script is not None)
+            if samples is None:  # the generation server failed: env errors, not policy ones
+                for slot in slots:
+                    index, episode = live.pop(slot)
+                    emit(index, self._finish(episode))
+                continue
+            # read after the call: a server reports the weights that answered it
+            version = self.sampler.weights_version if policy_version is None else policy_version
+            for slot, sample in zip(slots, samples, strict=True):
+                index, episode = live[slot]
+                if not self._advance(slot, episode, sample, version, stats):
+                    emit(index, self._finish(episode))
+                    del live[slot]
+
+    def _generate(
+        self,
+        live: dict[int, tuple[int, _Episode]],
+        slots: list[int],
+        stats: RolloutStats,
+        scripted: bool,
+    ) -> list[Sample] | None:
+        """One sample per live slot; None when the generation server failed (every
+        episode of the call is then ended as ``env_error``)."""
+        prompts = [live[s][1].segment.ids for s in slots]
+        budgets = [self._room(live[s][1]) for s in slots]
+        start = time.perf_counter()
+        try:
+            if not scripted:
                 samples = self.sampler.generate(prompts, budgets, rows=slots)
             else:
                 samples = [
                     self._scripted(live[s][1], n) for s, n in zip(slots, budgets, strict=True)
                 ]
+        except GenerationServerError as exc:
+            log.warning("generation failed for %d episodes: %s", len(slots), exc)
+            for slot in slots:
+                live[slot][1].fold.crash(f"{type(exc).__name__}: {exc}")
+            return None
+        finally:
             stats.generation_s += time.perf_counter() - start
-            stats.generated_tokens += sum(len(x.ids) for x in samples)
-            for slot, sample in zip(slots, samples, strict=True):
-                index, episode = live[slot]
-                if not self._advance(slot, episode, sample, stats):
-                    results[index] = self._finish(episode)
-                    del live[slot]
-        return [results[i] for i in range(len(jobs))], stats
+        stats.generated_tokens += sum(len(x.ids) for x in samples)
+        return samples
 
     # -- one episode -----------------------------------------------------------------------
 
@@ -281,9 +360,13 @@ class RolloutRunner:
             self._truncate(episode)
         return episode
 
-    def _advance(self, slot: int, ep: _Episode, sample: Sample, stats: RolloutStats) -> bool:
-        """Append a sample, step the env, append the observation. False when it ended."""
+    def _advance(
+        self, slot: int, ep: _Episode, sample: Sample, version: int, stats: RolloutStats
+    ) -> bool:
+        """Append a sample (drawn by weights ``version``), step the env, append the
+        observation. False when it ended."""
         seg, traj = ep.segment, ep.traj
+        traj.turn_versions.append(version)
         ep.fold.usage(tokens_in=len(seg.ids), tokens_out=len(sample.ids))
         seg.extend(sample.ids, sample.logprobs)
         seg.turn_ends.append(len(seg.ids) - 1)
@@ -422,6 +505,8 @@ class RolloutRunner:
     def _finish(self, ep: _Episode) -> Trajectory:
         seg = ep.segment
         ep.traj.episode = ep.fold.summary()
+        if ep.traj.turn_versions:
+            ep.traj.policy_version = ep.traj.turn_versions[0]
         if ep.traj.episode.truncation is Truncation.CONTEXT_LIMIT and seg.turn_ends:
             ep.traj.tail_ids = seg.ids[seg.turn_ends[-1] + 1 :]
         if ep.segment.agent_tokens:
@@ -438,6 +523,19 @@ def _trimmed(seg: Segment) -> Segment:
     return seg
 
 
+def token_versions(traj: Trajectory, seg: Segment) -> list[int]:
+    """The weights version behind each token of one of ``traj``'s segments: a turn's
+    version on its sampled tokens and on the prompt tokens before them (mask 0, so only
+    the sampled ones matter); ``traj.policy_version`` where no turn was recorded."""
+    out: list[int] = []
+    for end, turn in zip(seg.turn_ends, seg.turns, strict=True):
+        known = turn < len(traj.turn_versions)
+        version = traj.turn_versions[turn] if known else traj.policy_version
+        out += [version] * (end + 1 - len(out))
+    out += [out[-1] if out else traj.policy_version] * (len(seg.ids) - len(out))
+    return out[: len(seg.ids)]
+
+
 def records(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
     return [t.record() for t in trajectories]
 
@@ -450,4 +548,5 @@ __all__ = [
     "Segment",
     "Trajectory",
     "records",
+    "token_versions",
 ]

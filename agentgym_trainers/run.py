@@ -275,7 +275,8 @@ CURVES = (
     "reward", "success", "sft_loss", "kl", "entropy", "clip_frac", "grad_norm",
     "zero_variance_group_rate", "env_error_rate", "policy_lag", "stale_dropped",
     "gen_tokens_per_s", "frac_generation", "frac_env", "frac_train", "retok_mismatches",
-    "context_truncated_rate", "vf_loss",
+    "context_truncated_rate", "vf_loss", "lag_max", "stale_token_frac", "time_learner_wait_s",
+    "time_worker_wait_s",
 )  # fmt: skip
 
 
@@ -331,6 +332,7 @@ def train(
                     progress(trainer.step, metrics)
                 if config.run.checkpoint_every and trainer.step % config.run.checkpoint_every == 0:
                     save_checkpoint(trainer)
+            trainer.stop_rollouts()  # an asynchronous worker stops before evaluation
             summary["rl_seconds"] = time.perf_counter() - rl_start
         if config.eval.episodes:
             _evaluate_phase(trainer, summary, "eval_after")

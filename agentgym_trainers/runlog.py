@@ -1,19 +1,26 @@
-"""Per-step training metrics: an append-only JSONL log and a PNG of the curves.
+"""Per-step training metrics: an append-only JSONL log, a PNG of the curves, and the
+optional trackers TensorBoard and Weights & Biases.
 
 Each :meth:`RunLogger.log` call appends one JSON object to ``<run_dir>/metrics.jsonl`` and
-closes the file, so a killed run keeps every finished line and a resumed run appends.
+closes the file, so a killed run keeps every finished line and a resumed run appends. The
+same record also goes to every tracker named in ``--log-to`` (off by default), under the
+tag ``<phase>/<key>`` against that phase's step: TensorBoard event files in
+``<run_dir>/tensorboard`` (extra ``tensorboard``), a W&B run in ``<run_dir>/wandb``
+(extra ``wandb``; offline unless ``WANDB_API_KEY`` or ``WANDB_MODE`` says otherwise).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentgym_envs.core.errors import ConfigError, did_you_mean
 
@@ -21,6 +28,46 @@ logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_PROJECT = "agentgym"
+"""The W&B project unless ``WANDB_PROJECT`` names another."""
+
+
+class Tracker(StrEnum):
+    """An experiment tracker that :class:`RunLogger` also writes to (``--log-to``). Each
+    value is also the name of its Python package and of the optional extra that installs
+    it."""
+
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+
+
+def parse_trackers(text: str) -> tuple[Tracker, ...]:
+    """The trackers of a ``--log-to`` value: comma-separated names, ``""`` for none.
+
+    Raises:
+        ConfigError: an unknown name (with the closest one), or a tracker whose package is
+            not installed (with the exact command that installs it).
+    """
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    known = [t.value for t in Tracker]
+    trackers: list[Tracker] = []
+    for name in names:
+        if name not in known:
+            raise ConfigError(
+                f"--log-to expected comma-separated names from {known}, got {name!r}."
+                f"{did_you_mean(name, known)}"
+            )
+        tracker = Tracker(name)
+        if importlib.util.find_spec(tracker.value) is None:
+            raise ConfigError(
+                f"--log-to {tracker.value} needs the {tracker.value} package, which is not "
+                f"installed. Install it with: pip install 'agentgym-envs[{tracker.value}]' "
+                f"(from a source checkout: pip install -e '.[{tracker.value}]')"
+            )
+        if tracker not in trackers:
+            trackers.append(tracker)
+    return tuple(trackers)
 
 
 def _plain(key: str, value: Any) -> Any:
@@ -66,21 +113,97 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+class _Sink(Protocol):
+    """A tracker's writer: one record (a phase's step) at a time, then ``close``."""
+
+    def log(self, step: int, phase: str, record: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _TensorBoardSink:
+    """Scalars to TensorBoard event files (``torch.utils.tensorboard``), flushed at every
+    step so that a killed run keeps what it logged."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+
+    def log(self, step: int, phase: str, record: Mapping[str, Any]) -> None:
+        for key, value in record.items():
+            if _is_number(value) or isinstance(value, bool):  # strings and nulls: JSONL only
+                self.writer.add_scalar(f"{phase}/{key}", float(value), global_step=step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _WandbSink:
+    """One W&B run per logger. Each phase gets its own step axis (``<phase>/step``): SFT
+    and RL both count from their start, and W&B's own step must only grow."""
+
+    def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
+        import wandb
+
+        # offline unless the user set a mode or has a key: a run never blocks on a login
+        mode = os.environ.get("WANDB_MODE") or (
+            "online" if os.environ.get("WANDB_API_KEY") else "offline"
+        )
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", WANDB_PROJECT),
+            name=run_dir.resolve().name,
+            dir=str(run_dir),
+            config=dict(config),
+            mode=mode,  # type: ignore[arg-type]
+            settings=wandb.Settings(console="off", silent=True),
+        )
+        self.phases: set[str] = set()
+        logger.info("W&B run %s (%s) in %s", self.run.id, mode, run_dir / "wandb")
+
+    def log(self, step: int, phase: str, record: Mapping[str, Any]) -> None:
+        if phase not in self.phases:
+            self.phases.add(phase)
+            self.run.define_metric(f"{phase}/step")
+            self.run.define_metric(f"{phase}/*", step_metric=f"{phase}/step")
+        values = {f"{phase}/{k}": v for k, v in record.items() if v is not None}
+        self.run.log({f"{phase}/step": step, **values})
+
+    def close(self) -> None:
+        self.run.finish()
+
+
 class RunLogger:
-    """Per-step metrics to ``<run_dir>/metrics.jsonl`` and PNG curves.
+    """Per-step metrics to ``<run_dir>/metrics.jsonl``, PNG curves and the trackers.
 
     Args:
         run_dir: The run's folder (created if needed).
         enabled: False on non-zero distributed ranks: the logger then writes nothing.
+        log_to: Trackers that also get every record (see :func:`parse_trackers`).
+        config: The run's settings (flat names), recorded by W&B with the run.
     """
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        enabled: bool = True,
+        log_to: Sequence[Tracker] = (),
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self.path = self.run_dir / METRICS_FILE
+        self.sinks: list[_Sink] = []
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        for tracker in log_to:
+            if tracker is Tracker.TENSORBOARD:
+                self.sinks.append(_TensorBoardSink(self.run_dir))
+            else:
+                self.sinks.append(_WandbSink(self.run_dir, config or {}))
         # A run killed mid-line leaves no trailing newline; without one, the resumed run's
         # first record would be glued to the broken line and lost with it.
         if self.path.exists() and self.path.stat().st_size > 0:
@@ -113,6 +236,22 @@ class RunLogger:
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
+        values = {k: v for k, v in record.items() if k not in ("step", "phase")}
+        for sink in self.sinks:
+            sink.log(int(step), phase, values)
+
+    def close(self) -> None:
+        """Close the trackers (W&B finishes its run); idempotent. The JSONL log needs no
+        closing."""
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            sink.close()
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def plot(self, keys: Sequence[str] | None = None) -> Path | None:
         """Draw one small line plot per metric against the step into ``curves.png``.

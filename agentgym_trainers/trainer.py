@@ -15,6 +15,11 @@ One RL step:
    the difference between the sampler and the trainer; then the policy version moves on
    by one (a version is one rollout batch's weights, not one optimizer step);
 5. log metrics, record trajectories, checkpoint.
+
+With ``--rollout async`` steps 1-2 run in a rollout worker while the learner trains
+(:mod:`agentgym_trainers.async_rollout`): the learner takes the oldest finished groups,
+masks the tokens sampled more than ``max_lag`` versions ago, and pushes its weights to
+the worker after each update.
 """
 
 from __future__ import annotations
@@ -38,17 +43,18 @@ from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.eval.store import TrajectoryStore
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.engine import StaticEngine, supports
+from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.models import load_model, resolve_device
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms import (
     LossConfig,
     kl_k3,
-    lag_keep_mask,
     step_loss,
     truncated_is_weights,
 )
 from agentgym_trainers.algorithms.registry import make_algorithm
+from agentgym_trainers.async_rollout import AsyncRollouts, fresh_tokens
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
@@ -56,7 +62,7 @@ from agentgym_trainers.envs import register as register_fixtures
 from agentgym_trainers.model import ValueHead
 from agentgym_trainers.records import stored_episode
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
-from agentgym_trainers.runlog import RunLogger
+from agentgym_trainers.runlog import RunLogger, parse_trackers
 
 log = logging.getLogger(__name__)
 
@@ -126,28 +132,13 @@ class Trainer:
         dist.broadcast_parameters(self.params)
         self.optimizer, self.scheduler = self.rl_optimizer()
         self.chat = ChatFormat(self.tokenizer)
-        self.engine = self._engine()
-        self.sampler = Sampler(
-            self.lm,
-            eos_ids=[self.chat.eos_id],
-            pad_id=self.chat.pad_id,
-            temperature=config.rollout.temperature,
-            top_p=config.rollout.top_p,
-            seed=config.rollout.sampling_seed * 1000 + self.rank,
-            engine=self.engine,
-        )
+        self.engine = self._engine(self.lm)
+        self.sampler = self.make_sampler(self.lm, self.engine)
         env_kwargs = dict(config.data.env_kwargs)
         self.make_env = make_env or (lambda: gym.make(config.data.env, **env_kwargs))
-        self.runner = RolloutRunner(
-            self.make_env,
-            self.chat,
-            self.sampler,
-            n_envs=config.rollout.n_envs,
-            max_new_tokens=config.rollout.max_new_tokens,
-            max_context=config.rollout.max_context,
-            context_policy=config.rollout.context_policy,
-            system_prompt=config.rollout.system_prompt,
-        )
+        self.runner = self.make_runner(self.sampler)
+        # --rollout async: the rollout worker's side, made when RL starts (rl_step)
+        self.rollouts: AsyncRollouts | None = None
         self.tasks = task_ids(self.runner.envs[0], config.data.split, config.data.difficulty)
         self.curriculum = CurriculumSampler(
             self.tasks,
@@ -168,7 +159,12 @@ class Trainer:
         self.version = 0
         self.step = 0
         self.run_dir = Path(config.run.run_dir)
-        self.logger = RunLogger(self.run_dir, enabled=self.rank == 0)
+        self.logger = RunLogger(
+            self.run_dir,
+            enabled=self.rank == 0,
+            log_to=parse_trackers(config.run.log_to),
+            config=config.to_json(),
+        )
         self.shuffle = np.random.default_rng([config.data.seed, self.rank, 7])
 
     @property
@@ -219,28 +215,67 @@ class Trainer:
         if self.cfg.objective.kl_coef > 0:
             self.ref = copy.deepcopy(self.lm).eval().requires_grad_(False)
 
-    def _engine(self) -> StaticEngine | None:
+    def _engine(self, lm: torch.nn.Module, cuda_graphs: bool = True) -> StaticEngine | None:
         mode = self.cfg.rollout.generation
-        if mode == "hf" or (mode == "auto" and not supports(self.lm)):
+        if mode == "hf" or (mode == "auto" and not supports(lm)):
             return None
-        if not supports(self.lm):
+        if not supports(lm):
             raise ConfigError(
                 f"--generation static supports Llama-family models, not "
-                f"{type(self.lm).__name__}; use --generation hf (or auto)"
+                f"{type(lm).__name__}; use --generation hf (or auto)"
             )
         return StaticEngine(
-            self.lm, max_batch=self.cfg.rollout.n_envs, max_len=self.cfg.rollout.max_context
+            lm,
+            max_batch=self.cfg.rollout.n_envs,
+            max_len=self.cfg.rollout.max_context,
+            cuda_graphs=cuda_graphs,
+        )
+
+    def make_sampler(self, lm: torch.nn.Module, engine: StaticEngine | None = None) -> Sampler:
+        """The rollout sampler over ``lm`` (``engine``: default, a new one when the run
+        uses the static engine; the asynchronous worker's copy of the policy gets its own).
+
+        A copy's engine captures no CUDA graphs: it runs in the rollout worker's thread
+        while the learner works on the same GPU, and a graph capture forbids the
+        synchronising calls the learner makes in the meantime."""
+        cfg = self.cfg.rollout
+        if engine is None and lm is not self.lm:
+            engine = self._engine(lm, cuda_graphs=False)
+        return Sampler(
+            lm,
+            eos_ids=[self.chat.eos_id],
+            pad_id=self.chat.pad_id,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            seed=cfg.sampling_seed * 1000 + self.rank,
+            engine=engine,
+        )
+
+    def make_runner(self, generator: Generator) -> RolloutRunner:
+        """A rollout runner with ``n_envs`` new envs around ``generator``."""
+        cfg = self.cfg.rollout
+        return RolloutRunner(
+            self.make_env,
+            self.chat,
+            generator,
+            n_envs=cfg.n_envs,
+            max_new_tokens=cfg.max_new_tokens,
+            max_context=cfg.max_context,
+            context_policy=cfg.context_policy,
+            system_prompt=cfg.system_prompt,
         )
 
     # -- one RL step -----------------------------------------------------------------------
 
-    def jobs(self) -> list[RolloutJob]:
-        """This process's share of the step's groups (same draw on every process)."""
+    def jobs(self, step: int | None = None) -> list[RolloutJob]:
+        """This process's share of the groups of ``step`` (default: the current step; the
+        same draw on every process)."""
         cfg = self.cfg
+        step = self.step if step is None else step
         tasks = self.curriculum.sample(cfg.rollout.tasks_per_step * self.world)
         out = []
         for group in range(self.rank, len(tasks), self.world):
-            seed = env_seed(cfg.data.seed, self.step, group)
+            seed = env_seed(cfg.data.seed, step, group)
             out += [RolloutJob(tasks[group], seed, group)] * cfg.rollout.group_size
         return out
 
@@ -249,11 +284,20 @@ class Trainer:
         start = time.perf_counter()
         if self.cfg.objective.kl_coef > 0 and self.ref is None:
             self.set_reference()
-        # 1-2. rollouts with the current policy
-        jobs = self.jobs()
-        self.lm.eval()
-        generated_before = self.sampler.tokens_generated
-        trajs, rstats = self.runner.collect(jobs, self.version)
+        # 1-2. rollouts with the current policy (async: the oldest finished groups)
+        asynchronous: dict[str, float] = {}
+        generated_before: int | None
+        if self.cfg.rollout.rollout == "async":
+            self.lm.eval()
+            if self.rollouts is None:
+                self.rollouts = AsyncRollouts(self)
+            trajs, rstats, asynchronous = self.rollouts.next_batch()
+            generated_before = None  # the worker's sampler counts them: rstats
+        else:
+            jobs = self.jobs()
+            self.lm.eval()
+            generated_before = self.sampler.tokens_generated
+            trajs, rstats = self.runner.collect(jobs, self.version)
         rollout_s = time.perf_counter() - start
         # 3. advantages (invalid episodes and dropped groups are not kept)
         seqs, adv_stats = self.advantages(trajs)
@@ -268,9 +312,15 @@ class Trainer:
         gathered = [g for part in dist.all_gather(mine) for g in part]
         for task, successes in _by_task(gathered).items():
             self.curriculum.update(task, successes)
+        if self.rollouts is not None:  # weights out, then the next step's jobs
+            self.rollouts.after_update(upd.get("updates", 0.0) > 0)
         self.record(trajs)
         self.step += 1
-        generated = self.sampler.tokens_generated - generated_before
+        generated = (
+            rstats.generated_tokens
+            if generated_before is None
+            else self.sampler.tokens_generated - generated_before
+        )
         metrics = _train_metrics(gathered)
         metrics.update(adv_stats)
         metrics.update(upd)
@@ -303,6 +353,7 @@ class Trainer:
                 "policy_version": float(self.version),
             }
         )
+        metrics.update(asynchronous)
         self.logger.log(self.step, metrics)
         return metrics
 
@@ -383,10 +434,11 @@ class Trainer:
         done. The returned ``updated`` is 0.0 when no token was left to train on."""
         cfg = self.cfg
         versions = torch.tensor([s.version for s in seqs], dtype=torch.long)
-        keep = lag_keep_mask(versions, self.version, cfg.optim.max_lag) if seqs else versions.bool()
         lag = float((self.version - versions).float().mean()) if seqs else 0.0
-        stale = float((~keep).sum())
-        pairs = [(s, None if old is None else old[i]) for i, s in enumerate(seqs) if keep[i]]
+        # stale tokens are masked (a sequence with none fresh is dropped and counted)
+        fresh, dropped = fresh_tokens(seqs, self.version, cfg.optim.max_lag)
+        stale = float(dropped)
+        pairs = [(s, None if old is None else old[i]) for i, s in fresh]
         self.optimizer.zero_grad(set_to_none=True)
         sums, total_tokens = self.accumulate(pairs)
         grad_norm = 0.0
@@ -527,8 +579,19 @@ class Trainer:
         with TrajectoryStore(self.run_dir / name) as store:
             store.add_many(eps)
 
+    def stop_rollouts(self) -> None:
+        """Stop the asynchronous rollout worker (RL is over; evaluation uses the
+        synchronous runner)."""
+        if self.rollouts is not None:
+            self.rollouts.close()
+            self.rollouts = None
+
     def close(self) -> None:
-        self.runner.close()
+        try:
+            self.stop_rollouts()
+        finally:
+            self.runner.close()
+        self.logger.close()
 
 
 # -- helpers ---------------------------------------------------------------------------------

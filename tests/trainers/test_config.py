@@ -42,6 +42,8 @@ OLD_KEYS = [
     "generation",
     "temperature",
     "top_p",
+    "rollout",  # added with asynchronous rollouts
+    "async_timeout_s",
     "lr",
     "lr_schedule",
     "warmup_steps",
@@ -84,6 +86,7 @@ OLD_KEYS = [
     "checkpoint_every",
     "keep_checkpoints",
     "resume",
+    "log_to",  # added with the TensorBoard / W&B trackers
 ]
 
 
