@@ -2,6 +2,10 @@
 
 Accepted forms (tried in this order, after removing leading ``<think>...</think>`` reasoning):
 
+0. A whole action that is one structured value is read as exactly that value: a JSON
+   object or list that decodes (form 3), or Python call lines that parse (form 4).
+   A ``<tool_call>`` tag or a code fence inside one of its strings is that argument's
+   text, never another call: the env runs exactly the call the model made.
 1. Hermes ``<tool_call>{...}</tool_call>`` blocks (one call per block).
 2. One fenced code block (```json / ```python / ```) holding a call.
 3. The whole text as JSON: ``{"name": ..., "arguments": {...}}``; the aliases
@@ -140,6 +144,9 @@ class ActionParser:
     # -- extraction: text -> list of (name, arguments) or None for plain text --------------
 
     def _extract(self, body: str) -> list[tuple[str, Any]] | None:
+        whole = self._whole(body)
+        if whole is not None:
+            return whole
         if "<tool_call>" in body:
             calls: list[tuple[str, Any]] = []
             for block in _tool_call_blocks(body):
@@ -154,6 +161,30 @@ class ActionParser:
         if _CALL_START.match(body):
             return self._calls_from_python(body)
         return self._embedded(body)
+
+    def _whole(self, body: str) -> list[tuple[str, Any]] | None:
+        """The calls when the whole text is one JSON value or only Python call lines;
+        None when it is neither (then tags, fences and prose are searched)."""
+        if body.startswith(("{", "[")):
+            try:
+                data = json.loads(body)  # a too-long integer or nesting raises: parse_error
+            except json.JSONDecodeError:
+                return None
+            return _calls_from_data(data)
+        if _CALL_START.match(body) and ("<tool_call>" in body or "```" in body):
+            try:
+                with pyast.AST_LOCK:
+                    module = ast.parse(body.rstrip(";"), mode="exec")
+            except (SyntaxError, ValueError):  # not Python (3.11: null bytes are a ValueError)
+                return None
+            calls = [
+                stmt.value
+                for stmt in module.body
+                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            ]
+            if calls and len(calls) == len(module.body):
+                return [self._call_from_ast(call) for call in calls]
+        return None
 
     def _calls_from_block(self, block: str) -> list[tuple[str, Any]]:
         if block.startswith(("{", "[")):
@@ -173,14 +204,7 @@ class ActionParser:
                 ErrorCode.PARSE_ERROR,
                 f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
             ) from None
-        if (
-            isinstance(data, dict)
-            and isinstance(data.get("tool_calls"), list)
-            and data["tool_calls"]
-        ):
-            data = data["tool_calls"]  # a whole OpenAI assistant message
-        items = data if isinstance(data, list) else [data]
-        return [_call_from_object(item) for item in items]
+        return _calls_from_data(data)
 
     def _calls_from_python(self, text: str) -> list[tuple[str, Any]]:
         try:
@@ -348,6 +372,14 @@ FORMAT_NOTE = (
 
 NOT_TEXT = _failed(ErrorCode.PARSE_ERROR, "the action must be text (a str)")
 """The verdict on an action that is not text (``AgentEnv.step`` got no str or bytes)."""
+
+
+def _calls_from_data(data: Any) -> list[tuple[str, Any]]:
+    """The calls of decoded JSON: a call, a list of calls or an assistant message."""
+    if isinstance(data, dict) and isinstance(data.get("tool_calls"), list) and data["tool_calls"]:
+        data = data["tool_calls"]  # a whole OpenAI assistant message
+    items = data if isinstance(data, list) else [data]
+    return [_call_from_object(item) for item in items]
 
 
 def _call_from_object(item: Any) -> tuple[str, Any]:

@@ -44,7 +44,7 @@ from agentgym_envs.core.info import (
     family_keys_only,
 )
 from agentgym_envs.core.ledger import CostLedger
-from agentgym_envs.core.native import NativeTurn, ToolMode, record_replies, system_prompt
+from agentgym_envs.core.native import ToolMode, native_turn, record_replies, system_prompt
 from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
 from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.staging import EffectsGate, StagedEffects
@@ -170,7 +170,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         self.timing = timing
         self.tool_retries = tool_retries
         self.tool_mode = ToolMode.coerce(tool_mode)
-        self._native = NativeTurn() if self.tool_mode is ToolMode.NATIVE else None
+        self._native = native_turn(self)
         # the call runner holds the one fault config (``faults`` reads it back)
         self.calls = CallRunner(timing, tool_retries, FaultConfig.coerce(faults))
         self.observation_space = TextSpace(self.max_observation_chars)

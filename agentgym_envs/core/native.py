@@ -18,7 +18,8 @@ native tools and send the model's assistant message back as the action:
   when one action holds several calls, each is answered under its own id); the env's own
   text (an error, the outcome, the view, and the results of calls written as text,
   which have no id) closes the last ``tool`` message or, when there is none, is a
-  ``user`` message. At reset it is ``[{"role": "user",
+  ``user`` message. Each message's content is sanitized and capped like the text
+  observation (``max_observation_chars``, the same charset). At reset it is ``[{"role": "user",
   "content": <the task observation>}]``. ``info["tool_calls"][i]["call_id"]`` is the
   model's id too;
 * the text observation, rewards and dynamics are those of the default ``"text"`` mode;
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from agentgym_envs.core.actions import FORMAT_NOTE
 from agentgym_envs.core.errors import ConfigError, did_you_mean
 from agentgym_envs.core.info import ToolStatus
+from agentgym_envs.core.spaces import sanitize
 from agentgym_envs.core.tools import ToolResult
 from agentgym_envs.core.variants import rename_calls
 
@@ -91,14 +93,15 @@ def system_prompt(env: AgentEnv) -> str:
     return "\n\n".join(parts)
 
 
-def _message(action: str) -> Any:
-    """The action as JSON when it is an object or a list, else None (never raises)."""
+def _message(action: str, max_chars: int) -> Any:
+    """The action as JSON when it is an object or a list, else None (never raises). An
+    action over ``max_chars`` is not decoded (the parser refuses it by its length)."""
     text = action.strip()
-    if not text.startswith(("{", "[")):
+    if len(action) > max_chars or not text.startswith(("{", "[")):
         return None
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # bad JSON, or an integer past Python's digit limit
         return None
 
 
@@ -124,9 +127,15 @@ def record_replies(method: Callable[[Any, str], ToolResult]) -> Callable[[Any, s
 
 
 class NativeTurn:
-    """Builds one step's ``info["messages"]`` in native mode (one per env)."""
+    """Builds one step's ``info["messages"]`` in native mode (one per env).
 
-    def __init__(self) -> None:
+    Args:
+        max_action_chars: the env's action limit (longer actions are not decoded).
+        max_observation_chars: the env's observation limit, which caps each message.
+    """
+
+    def __init__(self, max_action_chars: int, max_observation_chars: int) -> None:
+        self.max_action_chars, self.max_observation_chars = max_action_chars, max_observation_chars
         self.ids: list[str] = []
         self.heard: list[str] = []
         """User replies produced this step (by :func:`record_replies`)."""
@@ -142,7 +151,7 @@ class NativeTurn:
         its content, anything else is parsed as it is."""
         self.ids, self.heard, self.tail, self._messages, self._loose = [], [], [], [], []
         self._step = step
-        data = _message(action)
+        data = _message(action, self.max_action_chars)
         if (
             isinstance(data, dict)
             and data.get("role") == "assistant"
@@ -196,7 +205,15 @@ class NativeTurn:
             tools[-1]["content"] = f"{tools[-1]['content']}\n\n{text}"
         elif text:
             messages.append({"role": "user", "content": text})
-        return messages
+        limit = self.max_observation_chars  # the same charset and cap as the observation
+        return [{**m, "content": sanitize(m["content"], limit)} for m in messages]
+
+
+def native_turn(env: AgentEnv) -> NativeTurn | None:
+    """The env's :class:`NativeTurn` in native mode (its limits), else None."""
+    if env.tool_mode is not ToolMode.NATIVE:
+        return None
+    return NativeTurn(env.max_action_chars, env.max_observation_chars)
 
 
 def _content_text(content: Any) -> str:

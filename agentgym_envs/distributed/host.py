@@ -9,6 +9,11 @@ With more than one env per actor, each env lives on a thread of its own (it is b
 stepped and closed there), so the envs of one actor step concurrently and no env is
 touched by two threads: sqlite connections and browser contexts stay where they were
 made.
+
+Recording: an actor opens no trajectory store (a path would resolve on the actor's node
+and in its working directory). An env whose recording wrapper writes into an
+:class:`EpisodeOutbox` hands each finished episode back with the step that ended it,
+and the caller writes it into its own store.
 """
 
 from __future__ import annotations
@@ -25,6 +30,24 @@ logger = logging.getLogger(__name__)
 
 EnvFactory = Callable[[], gym.Env[Any, Any]]
 T = TypeVar("T")
+
+
+class EpisodeOutbox:
+    """Stands in for a trajectory store inside an actor: a recording wrapper adds its
+    finished episodes (``StoredEpisode``: plain data) and :meth:`drain` hands them over,
+    so the caller writes them into its own store (same rows as an in-process run)."""
+
+    def __init__(self) -> None:
+        self._episodes: list[Any] = []
+
+    def add(self, episode: Any) -> None:
+        """Keep a finished episode (its row id is the caller's to learn: None here)."""
+        self._episodes.append(episode)
+
+    def drain(self) -> list[Any]:
+        """The episodes kept since the last drain, oldest first."""
+        out, self._episodes = self._episodes, []
+        return out
 
 
 def make_registered(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env[Any, Any]:
@@ -98,17 +121,20 @@ class EnvHost:
         return result
 
     def step(self, k: int, action: str, note: dict[str, Any] | None = None) -> Any:
-        """``step`` of env ``k``: ``(obs, reward, terminated, truncated, info)``; ``note``
-        goes to the env's recording wrapper (the evaluator's trial and token counts)."""
+        """``step`` of env ``k``: ``(obs, reward, terminated, truncated, info, episodes)``;
+        ``note`` goes to the env's recording wrapper (the evaluator's trial and token
+        counts) and ``episodes`` are those its :class:`EpisodeOutbox` kept (the one this
+        step finished, if any)."""
 
         def run() -> Any:
             env = self._envs[k]
-            if note:
-                recorder = _recorder(env)
-                if recorder is not None:
-                    recorder.note(**note)
+            recorder = _recorder(env)
+            if note and recorder is not None:
+                recorder.note(**note)
             obs, reward, terminated, truncated, info = env.step(action)
-            return obs, float(reward), bool(terminated), bool(truncated), info
+            outbox = getattr(recorder, "store", None)
+            episodes = outbox.drain() if isinstance(outbox, EpisodeOutbox) else []
+            return obs, float(reward), bool(terminated), bool(truncated), info, episodes
 
         return self._on(k, run)
 

@@ -13,7 +13,9 @@ the actor hosted into an ``env_error``: the calls in flight come back as crashed
 results (``outcome == ENV_ERROR``, ``episode_valid`` False, ``truncated`` True for a
 step), and a slot whose episode was lost answers its next step the same way. The actor
 is restarted at once; the next ``reset`` of each slot plays on the new one. An exception
-raised by the env itself ends only that slot's episode.
+raised by the env itself ends only that slot's episode. Once a result said a slot's
+episode crashed, the slot refuses further steps (``episode_ended``) until it is reset:
+the env inside may still be live, but the episode was reported over.
 
 Backpressure: at most ``max_in_flight`` calls are outstanding; a submit beyond that
 waits for one to finish (its result is kept for the next :meth:`RayEnvPool.wait`).
@@ -62,6 +64,7 @@ class _Slot:
     actor: int
     local: int
     generation: int = 0  # the actor generation the slot's episode lives on
+    ended: str = ""  # why a crashed result ended the slot's episode ("" while it lives)
 
 
 @dataclass
@@ -215,17 +218,8 @@ class RayEnvPool:
         """Send ``step(action)`` to slot ``i``; its result comes back through :meth:`wait`.
 
         ``note`` goes to the env's recording wrapper, if it has one (the evaluator's).
+        A slot whose episode is lost or ended answers with a crashed result instead.
         """
-        slot = self._slot(i)
-        actor = self._actors[slot.actor]
-        if slot.generation != actor.generation:
-            self._check_free(i)
-            message = (
-                f"slot {i}'s actor was restarted after a crash; its episode is lost "
-                "(reset the slot to play on)"
-            )
-            self._ready.append(crashed_result(i, Call.STEP, CrashCode.EPISODE_LOST, message))
-            return
         self._submit(i, Call.STEP, str(action), dict(note) if note else None)
 
     def wait(self, timeout: float | None = None) -> list[SlotResult]:
@@ -285,7 +279,8 @@ class RayEnvPool:
     def set_state(self, i: int, state: Any) -> None:
         """Restore a snapshot (from any slot, any actor, any node) into slot ``i``."""
         self._control(i, "set_state", state)
-        self._slot(i).generation = self._actors[self._slot(i).actor].generation
+        slot = self._slot(i)
+        slot.generation, slot.ended = self._actors[slot.actor].generation, ""
 
     def oracle_act(self, i: int) -> str:
         """The next action of slot ``i``'s scripted solver (lives in the actor)."""
@@ -376,9 +371,25 @@ class RayEnvPool:
         self._check_free(i)
         while len(self._busy) >= self.max_in_flight:  # backpressure
             self._ready.extend(self._collect(None))
+        # checked after the wait: an actor may have been restarted (or a result ended
+        # the episode) while this call waited for room
         actor = self._actors[slot.actor]
         if call is Call.RESET:
-            slot.generation = actor.generation
+            slot.generation, slot.ended = actor.generation, ""
+        elif slot.generation != actor.generation:
+            message = (
+                f"slot {i}'s actor was restarted after a crash; its episode is lost "
+                "(reset the slot to play on)"
+            )
+            self._ready.append(crashed_result(i, Call.STEP, CrashCode.EPISODE_LOST, message))
+            return
+        elif slot.ended:
+            message = (
+                f"slot {i}'s episode already ended ({slot.ended}); reset the slot before "
+                "stepping it again"
+            )
+            self._ready.append(crashed_result(i, Call.STEP, CrashCode.EPISODE_ENDED, message))
+            return
         ref = getattr(actor.handle, call.value).remote(slot.local, *args)
         deadline = time.monotonic() + self.step_timeout_s
         self._busy[i] = _Flight(ref, call, slot.actor, actor.generation, deadline)
@@ -432,16 +443,23 @@ class RayEnvPool:
         except ray.exceptions.RayTaskError as exc:  # the env raised; the actor lives
             message = f"env {flight.call.value} failed on its actor: {_describe(exc)}"
             logger.warning("slot %d: %s", i, message)
-            return crashed_result(i, flight.call, CrashCode.ENV_EXCEPTION, message)
+            return self._crashed(i, flight.call, CrashCode.ENV_EXCEPTION, message)
         except ray.exceptions.RayError as exc:
             self._restart(flight.actor, flight.generation, _describe(exc))
             message = f"the actor hosting slot {i} died during {flight.call.value}"
-            return crashed_result(i, flight.call, CrashCode.ACTOR_DIED, message)
+            return self._crashed(i, flight.call, CrashCode.ACTOR_DIED, message)
         if flight.call is Call.RESET:
             obs, info = value
             return SlotResult(i, Call.RESET, obs, info=info)
-        obs, reward, terminated, truncated, info = value
-        return SlotResult(i, Call.STEP, obs, reward, terminated, truncated, info)
+        obs, reward, terminated, truncated, info, episodes = value
+        return SlotResult(
+            i, Call.STEP, obs, reward, terminated, truncated, info, episodes=tuple(episodes)
+        )
+
+    def _crashed(self, i: int, call: Call, code: CrashCode, message: str) -> SlotResult:
+        """A crashed result for slot ``i``, whose episode it ends."""
+        self._slots[i].ended = f"{code.value}: {message}"
+        return crashed_result(i, call, code, message)
 
     def _expire(self, expired: Sequence[int]) -> list[SlotResult]:
         """Kill (and restart) the actors of calls past their deadline; every call in
@@ -458,7 +476,7 @@ class RayEnvPool:
                 self._by_ref.pop(flight.ref, None)
                 code = CrashCode.STEP_TIMEOUT if j == i else CrashCode.ACTOR_DIED
                 message = f"{why}; its actor was killed and restarted"
-                out.append(crashed_result(j, flight.call, code, message))
+                out.append(self._crashed(j, flight.call, code, message))
         return out
 
     def _restart(self, a: int, generation: int, why: str) -> None:
@@ -514,7 +532,7 @@ class RayEnvPool:
             if (flight.actor, flight.generation) == (a, generation):
                 del self._busy[j]
                 self._by_ref.pop(flight.ref, None)
-                out.append(crashed_result(j, flight.call, CrashCode.ACTOR_DIED, why))
+                out.append(self._crashed(j, flight.call, CrashCode.ACTOR_DIED, why))
         return out
 
 

@@ -24,6 +24,7 @@ class CrashCode(StrEnum):
     STEP_TIMEOUT = "step_timeout"  # a call ran past step_timeout_s: the actor was killed
     ENV_EXCEPTION = "env_exception"  # the env raised; its actor lives on
     EPISODE_LOST = "episode_lost"  # the slot's actor was restarted since the slot's reset
+    EPISODE_ENDED = "episode_ended"  # stepped after a crashed result ended the episode
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class SlotResult:
 
     A crashed result (``code`` set) has ``info = {"outcome": Outcome.ENV_ERROR,
     "episode_valid": False, "env_error": {"code", "message"}}``; a crashed step has
-    ``truncated`` True, so a consumer that folds steps sees an ended, invalid episode.
+    ``truncated`` True, so a consumer that folds steps sees an ended, invalid episode;
+    the slot refuses further steps (``episode_ended``) until it is reset.
     """
 
     slot: int
@@ -44,6 +46,10 @@ class SlotResult:
     info: dict[str, Any] = field(default_factory=dict)
     error: str = ""
     code: CrashCode | None = None
+    episodes: tuple[Any, ...] = ()
+    """Episodes a step finished, recorded in the actor into an
+    :class:`~agentgym_envs.distributed.host.EpisodeOutbox` (``StoredEpisode``: plain
+    data) for the caller to write into its store."""
 
     @property
     def crashed(self) -> bool:

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
@@ -37,6 +37,9 @@ from agentgym_envs.eval.workers import (
     step_slots,
 )
 from agentgym_envs.policies.base import LLM_PREFIXES
+
+if TYPE_CHECKING:
+    from agentgym_envs.eval.store import TrajectoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +167,14 @@ def build_env(
     policy: str,
     policy_version: str,
     run_id: str,
+    outbox: bool = False,
 ) -> gym.Env[Any, Any]:
-    """One evaluation env: ``gym.make``, the entry's wrappers, then the recorder."""
+    """One evaluation env: ``gym.make``, the entry's wrappers, then the recorder.
+
+    The recorder writes into the store at path ``store``, or with ``outbox`` (on a Ray
+    actor) into an :class:`~agentgym_envs.distributed.host.EpisodeOutbox` whose
+    episodes the driver writes into the run's store: the actor opens no store.
+    """
     import agentgym_envs  # noqa: F401  (registers the envs in a fresh worker process)
 
     env: gym.Env[Any, Any] = gym.make(env_id, **dict(env_kwargs))
@@ -174,11 +183,12 @@ def build_env(
 
         env = apply_wrappers(env, list(wrappers))
     if store:
+        from agentgym_envs.distributed.host import EpisodeOutbox
         from agentgym_envs.wrappers.recording import RecordingWrapper
 
         env = RecordingWrapper(
             env,
-            _open_store(store),
+            cast("TrajectoryStore", EpisodeOutbox()) if outbox else _open_store(store),
             policy=policy,
             policy_version=policy_version,
             run_id=run_id,
@@ -261,6 +271,7 @@ def run_entry(
     lets the env draw the task from the seed (``agentgym run``).
     """
     env_id = entry.env_id
+    on_ray = config.isolation is SlotIsolation.RAY  # the driver writes what actors record
     factory = functools.partial(
         build_env,
         env_id,
@@ -270,6 +281,7 @@ def run_entry(
         policy_spec,
         "",
         config.run_id,
+        on_ray,
     )
     slots = make_slots(
         factory,
@@ -279,6 +291,7 @@ def run_entry(
         env_id=env_id,
         envs_per_actor=config.envs_per_actor,
         ray_address=config.ray_address,
+        store=_open_store(config.store) if on_ray and config.store else None,
     )
     pending: deque[tuple[int, Job]] = deque(enumerate(jobs))
     active: dict[int, _Live] = {}

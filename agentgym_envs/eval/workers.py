@@ -10,7 +10,9 @@ episode's oracle and answers ``oracle().act()`` calls.
 ``isolation="ray"`` hosts the slots on Ray actors (:mod:`agentgym_envs.distributed`,
 the ``dist`` extra), across the nodes of a cluster; a dead or hung actor costs the
 episodes it hosted, as ``env_error``, and is restarted. Its slots step in parallel
-(:func:`step_slots`).
+(:func:`step_slots`). The actors open no trajectory store: their envs record into an
+:class:`~agentgym_envs.distributed.host.EpisodeOutbox`, each finished episode comes
+back with the step that ended it, and the slot writes it into the run's store here.
 
 Only plain data crosses the pipe: action text in; observation, reward, flags and the
 info dict out.
@@ -259,13 +261,22 @@ class RaySlot:
     """An env slot on a Ray actor of a shared
     :class:`~agentgym_envs.distributed.pool.RayEnvPool` (which closes with its last
     slot). Like :class:`ProcessSlot`, it stands in for its env for the scripted
-    policies: ``unwrapped`` is itself, with ``oracle()`` and ``noop_action``."""
+    policies: ``unwrapped`` is itself, with ``oracle()`` and ``noop_action``.
 
-    def __init__(self, pool: Any, index: int, users: list[int]) -> None:
+    Args:
+        pool: the pool.
+        index: the slot's index in the pool.
+        users: open slots of the pool, shared by its slots.
+        store: the run's open trajectory store, where the episodes the actor recorded
+            are written (None: nothing is recorded).
+    """
+
+    def __init__(self, pool: Any, index: int, users: list[int], store: Any = None) -> None:
         self.pool = pool
         self.index = index
         self.unwrapped = self
-        self._users = users  # open slots of the pool, shared by its slots
+        self.store = store
+        self._users = users
         self._closed = False
 
     def oracle(self) -> _RemoteOracle:
@@ -293,10 +304,16 @@ class RaySlot:
     def step(
         self, action: str, note: Mapping[str, Any] | None = None
     ) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        result = self.pool.step(self.index, action, note)
+        result = self.record(self.pool.step(self.index, action, note))
         if result.crashed:
             raise EnvCrashed(result.error)
         return result.step_tuple()  # type: ignore[no-any-return]
+
+    def record(self, result: Any) -> Any:
+        """Write the episodes a step result brings into the run's store; the result."""
+        if result.episodes and self.store is not None:
+            self.store.add_many(result.episodes)
+        return result
 
     def close(self) -> None:
         if self._closed:
@@ -322,10 +339,11 @@ def step_slots(
         if len(pools) == 1:
             pool = slots[0].pool  # type: ignore[union-attr]
             items = [(s.index, a) for s, a in zip(slots, actions, strict=True)]  # type: ignore[union-attr]
-            return [
-                EnvCrashed(r.error) if r.crashed else r.step_tuple()
-                for r in pool.step_many(items, notes)
+            results = [
+                slot.record(r)  # type: ignore[union-attr]
+                for slot, r in zip(slots, pool.step_many(items, notes), strict=True)
             ]
+            return [EnvCrashed(r.error) if r.crashed else r.step_tuple() for r in results]
     out: list[tuple[str, float, bool, bool, dict[str, Any]] | EnvCrashed] = []
     for slot, action, note in zip(slots, actions, notes, strict=True):
         try:
@@ -344,6 +362,7 @@ def make_slots(
     env_id: str = "",
     envs_per_actor: int = 1,
     ray_address: str = "",
+    store: Any = None,
 ) -> Sequence[Slot]:
     """``count`` env slots built by ``factory``.
 
@@ -355,6 +374,9 @@ def make_slots(
         env_id: the env ``factory`` builds (ray: picks the family's actor resources).
         envs_per_actor: ray: slots hosted by one actor.
         ray_address: ray: the cluster to join (default: connected, or a local Ray).
+        store: ray: the run's open trajectory store; ``factory``'s envs record into an
+            :class:`~agentgym_envs.distributed.host.EpisodeOutbox` and the slots write
+            the episodes that come back here.
 
     Raises:
         ConfigError: ``isolation`` is not a :class:`SlotIsolation` value, or (ray) ray
@@ -376,4 +398,4 @@ def make_slots(
         address=ray_address or None,
     )
     users = [count]
-    return [RaySlot(pool, i, users) for i in range(count)]
+    return [RaySlot(pool, i, users, store) for i in range(count)]

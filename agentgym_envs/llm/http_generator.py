@@ -29,8 +29,9 @@ Failures are split by who must act:
   prompt longer than the context): the caller's mistake.
 
 Weights: against ``agentgym serve``, :meth:`HttpGenerator.load_weights` pushes a
-checkpoint folder (``POST /v1/load_weights``, loopback only) and every reply says which
-weights produced it, so :attr:`HttpGenerator.weights_version` follows the server. Other
+checkpoint folder (``POST /v1/load_weights``, loopback only; sent once, never retried:
+a load is not idempotent) and every reply says which weights produced each choice, so
+:attr:`HttpGenerator.weights_version` follows the server. Other
 servers do not report versions: after updating their weights (restart, or the server's
 own reload mechanism), set ``generator.weights_version`` yourself.
 """
@@ -56,6 +57,21 @@ logger = logging.getLogger(__name__)
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _SEED_RANGE = 2**31  # many servers take only 32-bit seeds
+OWNED_FIELDS = frozenset(
+    {
+        # the request and the reply the generator reads
+        *("model", "prompt", "n", "best_of", "echo", "suffix", "stream", "stream_options"),
+        *("logprobs", "top_logprobs", "prompt_logprobs", "return_token_ids"),
+        *("max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos"),
+        *("stop", "stop_token_ids", "include_stop_str_in_output"),
+        # the sampling distribution: settings, or knobs the log-prob contract excludes
+        *("temperature", "top_p", "seed", "top_k", "min_p", "use_beam_search", "logit_bias"),
+        *("presence_penalty", "frequency_penalty", "repetition_penalty"),
+    }
+)
+"""Request fields :class:`HttpGenerator` sets or that change what is sampled: samples
+and log-probs must follow :attr:`HttpGenerator.settings`, so ``extra_body`` may not
+set them."""
 
 
 class GenerationServerError(AgentGymError, RuntimeError):
@@ -95,11 +111,15 @@ class HttpGenerator:
         concurrency: requests in flight at once.
         api_key: sent as a bearer token (default: ``$OPENAI_API_KEY`` if set).
         weights_version: the version of the weights the server holds now.
-        extra_body: more fields for every request (e.g. ``{"top_k": 50}`` for vLLM).
+        extra_body: more fields for every request that leave sampling alone (e.g.
+            vLLM's ``{"priority": 1}``); none of :data:`OWNED_FIELDS`.
+        load_timeout_s: how long :meth:`load_weights` waits for the server (a load
+            waits for the running batch, then reads and copies the checkpoint).
 
     Raises:
-        ConfigError: bad sampling settings, a ``base_url`` that is not http(s), or
-            non-positive ``timeout_s``/``concurrency``.
+        ConfigError: bad sampling settings, a ``base_url`` that is not http(s),
+            non-positive ``timeout_s``/``load_timeout_s``/``concurrency``, or an
+            ``extra_body`` field the generator owns.
     """
 
     def __init__(
@@ -116,17 +136,28 @@ class HttpGenerator:
         api_key: str | None = None,
         weights_version: int = 0,
         extra_body: dict[str, Any] | None = None,
+        load_timeout_s: float = 900.0,
     ) -> None:
         self._settings = SamplingSettings(temperature, top_p, seed)  # validates them
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if timeout_s <= 0 or concurrency < 1 or retries < 0:
+        if timeout_s <= 0 or load_timeout_s <= 0 or concurrency < 1 or retries < 0:
             raise ConfigError(
-                "expected timeout_s > 0, concurrency >= 1 and retries >= 0, got "
-                f"timeout_s={timeout_s}, concurrency={concurrency}, retries={retries}"
+                "expected timeout_s > 0, load_timeout_s > 0, concurrency >= 1 and "
+                f"retries >= 0, got timeout_s={timeout_s}, load_timeout_s={load_timeout_s}, "
+                f"concurrency={concurrency}, retries={retries}"
+            )
+        owned = sorted(OWNED_FIELDS.intersection(extra_body or {}))
+        if owned:
+            raise ConfigError(
+                f"extra_body may not set {', '.join(owned)}: the generator owns these "
+                "fields, and samples and log-probs must follow generator.settings. Pass "
+                "temperature, top_p and seed to HttpGenerator itself; other sampling knobs "
+                "(top_k, penalties, stop) are outside the generation contract; keep "
+                "extra_body for fields that leave sampling alone"
             )
         self.base_url, self.model = base_url.rstrip("/"), model
-        self.timeout_s, self.retries = timeout_s, retries
+        self.timeout_s, self.retries, self.load_timeout_s = timeout_s, retries, load_timeout_s
         self.extra_body = dict(extra_body or {})
         self.weights_version = weights_version
         """The version of the weights that sample: the server's when it reports one
@@ -194,12 +225,19 @@ class HttpGenerator:
 
         Only ``agentgym serve`` has this endpoint (and only for loopback clients); for
         another server, update its weights its own way and set :attr:`weights_version`.
+        The request is sent once and waits up to ``load_timeout_s``: a load is not
+        idempotent (each one bumps the server's version), so it is never retried.
 
         Raises:
-            GenerationServerError: the server failed or has no such endpoint.
+            GenerationServerError: the server failed, timed out (it may still be loading:
+                read ``weights_version`` from ``GET /v1/models`` before pushing again) or
+                has no such endpoint.
             GenerationRequestError: the server refused the folder.
         """
-        reply = self._post("/load_weights", {"path": path})
+        if self._closed:
+            raise ClosedError("this HttpGenerator was closed; make a new one")
+        body = json.dumps({"path": path}).encode()
+        reply = self._once(f"{self.base_url}/load_weights", body, self.load_timeout_s)
         version = reply.get("weights_version")
         if not isinstance(version, int):
             raise GenerationServerError(
@@ -256,7 +294,7 @@ class HttpGenerator:
                 "the server must support return_token_ids and logprobs (vLLM >= 0.10.2, "
                 f"agentgym serve). Reply: {str(reply)[:200]}"
             ) from None
-        version = reply.get("weights_version")
+        version = choice.get("weights_version", reply.get("weights_version"))
         ended = choice.get("finish_reason") == "stop"
         return Sample(list(ids), values, ended), version if isinstance(version, int) else None
 
@@ -273,10 +311,12 @@ class HttpGenerator:
                 time.sleep(min(8.0, 0.25 * 2**attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _once(self, url: str, data: bytes) -> dict[str, Any]:
+    def _once(self, url: str, data: bytes, timeout_s: float | None = None) -> dict[str, Any]:
+        """One POST (no retry); ``timeout_s`` defaults to :attr:`timeout_s`."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         request = urllib.request.Request(url, data=data, headers=self._headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             detail = _error_detail(exc)
@@ -288,7 +328,7 @@ class HttpGenerator:
             raise GenerationServerError(f"cannot reach {url}: {exc.reason}") from None
         except (TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
             raise GenerationServerError(
-                f"{type(exc).__name__} from {url} (timeout {self.timeout_s:g} s): {exc}"
+                f"{type(exc).__name__} from {url} (timeout {timeout_s:g} s): {exc}"
             ) from None
         try:
             reply = json.loads(raw)

@@ -14,6 +14,12 @@ Built on the standard library (``http.server.ThreadingHTTPServer``). Endpoints:
   with those of a Hugging Face folder of the same architecture (a trainer's
   checkpoint) and bump ``weights_version``. Loopback clients only.
 
+Every choice says ``weights_version``, the version of the weights that sampled it: the
+batcher reads it under the lock weight loads take, when the choice's batch runs (a
+choice is one row of one batch, so it never mixes versions). A body's top-level
+``weights_version`` is the oldest of its choices' (the rows of one request may run in
+different batches); see :mod:`.serve_reply` for streams.
+
 Bad requests get a 4xx with an OpenAI-style ``{"error": {...}}`` body; the server
 survives anything a request does.
 
@@ -60,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 from agentgym_envs.policies.chat import derive_seed
 from agentgym_envs.policies.serve_api import BadRequest
 from agentgym_envs.policies.serve_engine import Batcher, RowEngine
-from agentgym_envs.policies.serve_http import Handler, is_loopback
+from agentgym_envs.policies.serve_http import SOCKET_TIMEOUT_S, Handler, is_loopback
 
 if TYPE_CHECKING:  # torch loads only when a server starts
     from agentgym_envs.policies.hf import LocalLM
@@ -88,8 +94,9 @@ class ChatServer(ThreadingHTTPServer):
         self.owns_lm = owns_lm
         self.created = int(time.time())
         self.seed = 0
-        self.weights_version = 0
-        """How many times :meth:`load_weights` replaced the weights."""
+        self.socket_timeout_s = SOCKET_TIMEOUT_S
+        """How long a connection may stay silent while a request is read or a reply is
+        written; then the handler answers 408 (or drops the reply) and frees its thread."""
         self.fingerprint = lm.fingerprint
         """The weights' fingerprint (``system_fingerprint``)."""
         self._count = 0
@@ -101,6 +108,12 @@ class ChatServer(ThreadingHTTPServer):
     def engine(self) -> RowEngine:
         """What generates the batches."""
         return self.batcher.engine
+
+    @property
+    def weights_version(self) -> int:
+        """How many times :meth:`load_weights` replaced the weights (the batcher keeps
+        the count, so each batch reads it under the lock the loads take)."""
+        return self.batcher.weights_version
 
     @property
     def url(self) -> str:
@@ -139,11 +152,10 @@ class ChatServer(ThreadingHTTPServer):
             )
         with self._load_lock:
             state = _read_state(folder, self.lm)
-            with self.batcher.hold():  # no batch runs while tensors are copied
+            with self.batcher.new_weights() as version:  # no batch runs meanwhile
                 self.lm.model.load_state_dict(state, strict=True)
-                self.weights_version += 1
                 self.fingerprint = _fingerprint(folder)
-            return self.weights_version
+            return version
 
     def start(self) -> None:
         """Serve in a background thread."""

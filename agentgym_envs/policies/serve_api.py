@@ -194,6 +194,31 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _schema_problem(function: Mapping[str, Any]) -> str | None:
+    """What is wrong with a function's ``description`` and ``parameters`` (the parts the
+    prompt renders), or None: parameters must be a JSON-Schema object whose
+    ``properties`` map names to schema objects and whose ``required`` lists names."""
+    description = function.get("description")
+    if description is not None and not isinstance(description, str):
+        return f"description must be a string, got {type(description).__name__}"
+    parameters = function.get("parameters")
+    if parameters is None:
+        return None
+    if not isinstance(parameters, dict):
+        return f"parameters must be a JSON-Schema object, got {type(parameters).__name__}"
+    properties = parameters.get("properties")
+    if properties is not None and not (
+        isinstance(properties, dict) and all(isinstance(v, dict) for v in properties.values())
+    ):
+        return "parameters.properties must map each argument name to a schema object"
+    required = parameters.get("required")
+    if required is not None and not (
+        isinstance(required, list) and all(isinstance(r, str) for r in required)
+    ):
+        return "parameters.required must be a list of argument names"
+    return None
+
+
 def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """The tools the model is shown, and the names one of which it must call."""
     tools = body.get("tools") or []
@@ -202,12 +227,20 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], tuple[str, ..
         and t.get("type", "function") == "function"
         and isinstance(t.get("function"), dict)
         and isinstance(t["function"].get("name"), str)
+        and t["function"]["name"]
         for t in tools
     ):
         raise BadRequest(
             'tools must be a list of {"type": "function", "function": {"name": ...}}',
             param="tools",
         )
+    for i, tool in enumerate(tools):
+        problem = _schema_problem(tool["function"])
+        if problem is not None:
+            raise BadRequest(
+                f"tools[{i}].function ({tool['function']['name']!r}): {problem}",
+                param=f"tools[{i}].function",
+            )
     choice = body.get("tool_choice", "auto")
     if choice == "none":
         return [], ()

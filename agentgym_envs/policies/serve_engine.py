@@ -52,6 +52,8 @@ class TokenStep:
     id: int
     logprob: float
     top: TopLogprobs
+    weights_version: int = 0
+    """The version of the weights that sampled it (its batch's)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class RowResult:
     top: list[TopLogprobs]
     ended: bool
     """It ended with an end-of-turn token (else it hit its token limit)."""
+    weights_version: int = 0
+    """The version of the weights that sampled the row: read by the batcher under its
+    batch lock, so a weight load can never fall between sampling and this label."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,8 @@ class Reply:
     top: list[TopLogprobs]
     finish: str
     """``"stop"`` (end of turn or a stop string) or ``"length"``."""
+    weights_version: int = 0
+    """The version of the weights that sampled it."""
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -262,6 +269,8 @@ class ServePicker:
         device: where the logits live.
         eos: end-of-turn ids.
         vocab: needed when a job has ``tool_names``.
+        weights_version: the version of the weights sampling this batch (streamed
+            tokens carry it).
     """
 
     def __init__(
@@ -270,12 +279,14 @@ class ServePicker:
         device: torch.device | str,
         eos: Sequence[int],
         vocab: Vocab | None = None,
+        weights_version: int = 0,
     ) -> None:
         import torch
 
         from agentgym_envs.llm.sampler import RowPicker
 
         self._jobs = list(jobs)
+        self._version = weights_version
         steps = max(j.max_new for j in jobs)
         self._draw = RowPicker([j.settings for j in jobs], steps=steps, device=device)
         temps = [j.settings.temperature or 1.0 for j in jobs]
@@ -337,7 +348,7 @@ class ServePicker:
             if rule is not None:
                 rule.advance(tokens[row])
             if job.sink is not None:
-                job.sink(TokenStep(tokens[row], chosen[row], alternatives))
+                job.sink(TokenStep(tokens[row], chosen[row], alternatives, self._version))
             self._count[row] += 1
             if tokens[row] in self._eos or self._count[row] >= job.max_new:
                 self._alive[row] = False
@@ -382,15 +393,16 @@ class RowEngine:
         """Drop the reference to the model's weights (the owner frees them)."""
         self._sampler.model = None  # type: ignore[assignment]
 
-    def run(self, jobs: Sequence[RowJob]) -> list[RowResult]:
-        """Sample every job in one batch."""
+    def run(self, jobs: Sequence[RowJob], weights_version: int = 0) -> list[RowResult]:
+        """Sample every job in one batch with the weights of ``weights_version`` (the
+        label every result and streamed token gets; the caller holds the weights)."""
         vocab = self.vocab if any(j.tool_names for j in jobs) else None
-        picker = ServePicker(jobs, self._sampler.device, self.eos, vocab)
+        picker = ServePicker(jobs, self._sampler.device, self.eos, vocab, weights_version)
         samples = self._sampler.generate(
             [j.prompt for j in jobs], [j.max_new for j in jobs], picker=picker
         )
         return [
-            RowResult(list(s.ids), list(s.logprobs), top, bool(s.ended))
+            RowResult(list(s.ids), list(s.logprobs), top, bool(s.ended), weights_version)
             for s, top in zip(samples, picker.top, strict=True)
         ]
 
@@ -410,7 +422,14 @@ class RowEngine:
                 for k in range(1, len(result.ids) + 1)
                 if stop in str(decode(result.ids[:k], skip_special_tokens=True))
             )
-        return Reply(text, result.ids[:keep], result.logprobs[:keep], result.top[:keep], finish)
+        return Reply(
+            text,
+            result.ids[:keep],
+            result.logprobs[:keep],
+            result.top[:keep],
+            finish,
+            result.weights_version,
+        )
 
 
 # --------------------------------------------------------------------------- batching
@@ -431,6 +450,10 @@ class Batcher:
         self.engine, self.max_batch, self.wait_s = engine, max(1, max_batch), wait_s
         self.batch_sizes: list[int] = []
         """The size of every batch generated so far (for stats and tests)."""
+        self.weights_version = 0
+        """The version of the weights the next batch samples with. It changes only while
+        the model is held (:meth:`new_weights`), and each batch reads it under the same
+        lock, so every result is labelled with the weights that sampled it."""
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._closed = False
         self._busy = threading.Lock()  # held while generating
@@ -464,6 +487,17 @@ class Batcher:
         """Hold the model: rows queue up meanwhile and go out as one batch after."""
         with self._busy:
             yield
+
+    @contextmanager
+    def new_weights(self) -> Iterator[int]:
+        """Hold the model while its weights are replaced; yields the version they get.
+
+        The version goes up only if the block ends without an exception; no batch runs
+        meanwhile.
+        """
+        with self._busy:
+            yield self.weights_version + 1
+            self.weights_version += 1
 
     def close(self) -> None:
         """Finish the queued rows and stop the worker thread (idempotent)."""
@@ -505,11 +539,12 @@ class Batcher:
         return False
 
     def _generate(self, jobs: list[_Job]) -> None:
+        """Run one batch (the caller holds ``_busy``: the weights cannot change)."""
         live = [job for job in jobs if job[1].set_running_or_notify_cancel()]
         try:
             if live:
                 self.batch_sizes.append(len(live))
-                results = self.engine.run([j[0] for j in live])
+                results = self.engine.run([j[0] for j in live], self.weights_version)
                 for job, result in zip(live, results, strict=True):
                     job[1].set_result(result)
         except Exception as exc:  # every waiting request learns about it

@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 << 20
 REQUEST_TIMEOUT_S = 900.0
+SOCKET_TIMEOUT_S = 60.0
+"""How long a connection may stay silent while a request is read or a reply written
+(a client that announces more body than it sends is answered 408, not waited on)."""
 REQUIRED_ATTEMPTS = 3
 """Draws of a sampled ``tool_choice="required"`` reply before it is returned as text."""
 CHAT_MAX_TOKENS = 256
@@ -132,6 +135,10 @@ class Handler(BaseHTTPRequestHandler):
     server: ChatServer
     server_version = "agentgym-serve"
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.socket_timeout_s)  # a stalled client frees it
+
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s " + format, self.address_string(), *args)
 
@@ -177,12 +184,27 @@ class Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             raise BadRequest("Content-Length is not a number") from None
+        if length < 0:
+            self.close_connection = True  # where the body ends is unknown
+            raise BadRequest(f"Content-Length must be >= 0, got {length}")
         if length > MAX_BODY_BYTES:
             raise BadRequest(
                 f"the body has {length} bytes; the limit is {MAX_BODY_BYTES}", status=413
             )
         try:
-            return json.loads(self.rfile.read(length) or b"null")
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True
+            raise BadRequest(
+                f"the body did not arrive: Content-Length is {length} and nothing came for "
+                f"{self.server.socket_timeout_s:g} s; send the whole body it announces",
+                status=408,
+            ) from None
+        if len(raw) < length:
+            self.close_connection = True
+            raise BadRequest(f"the body ended after {len(raw)} of {length} bytes")
+        try:
+            return json.loads(raw or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadRequest(f"the body is not valid JSON: {exc}") from None
 
@@ -214,7 +236,7 @@ class Handler(BaseHTTPRequestHandler):
                 choices,
                 tokens,
                 prompt_ids=prompt if ids else None,
-                weights_version=server.weights_version,
+                weights_version=min(r.weights_version for r in replies),
             ),
         )
 
@@ -229,14 +251,20 @@ class Handler(BaseHTTPRequestHandler):
         )
         ids = reply.ids if request.sampling.return_token_ids else None
         return chat_choice(
-            index, reply.text, reply.finish, request.tools, logprobs=logprobs, token_ids=ids
+            index,
+            reply.text,
+            reply.finish,
+            request.tools,
+            logprobs=logprobs,
+            token_ids=ids,
+            weights_version=reply.weights_version,
         )
 
     def _stream_chat(self, request: ChatRequest, prompt: list[int], jobs: list[RowJob]) -> None:
         server, sampling = self.server, request.sampling
-        chunks = Chunks(True, server.model_id, server.fingerprint, server.weights_version)
+        chunks = Chunks(True, server.model_id, server.fingerprint)
         self._start_stream()
-        head = {"prompt_token_ids": prompt} if sampling.return_token_ids else {}
+        head: dict[str, Any] = {"prompt_token_ids": prompt} if sampling.return_token_ids else {}
         for i in range(len(jobs)):
             role = chat_delta(i, {"role": "assistant", "content": ""})
             self._event(chunks.of([role], **(head if i == 0 else {})))
@@ -264,11 +292,17 @@ class Handler(BaseHTTPRequestHandler):
             choice = self._chat_choice(i, reply, request)
             calls = choice["message"].get("tool_calls")
             delta = {"tool_calls": stream_tool_calls(calls)} if calls else {"content": reply.text}
+            version = reply.weights_version
             whole = chat_delta(
-                i, delta, logprobs=choice["logprobs"], token_ids=choice.get("token_ids")
+                i,
+                delta,
+                logprobs=choice["logprobs"],
+                token_ids=choice.get("token_ids"),
+                weights_version=version,
             )
-            self._event(chunks.of([whole]))
-            self._event(chunks.of([chat_delta(i, {}, choice["finish_reason"])]))
+            self._event(chunks.of([whole], version))
+            end = chat_delta(i, {}, choice["finish_reason"], weights_version=version)
+            self._event(chunks.of([end], version))
         return out
 
     def _stream_chat_tokens(self, request: ChatRequest, jobs: list[RowJob], chunks: Chunks) -> int:
@@ -288,11 +322,16 @@ class Handler(BaseHTTPRequestHandler):
             )
             delta = {"content": piece.text} if piece.text else {}
             ids = piece.ids if sampling.return_token_ids else None
-            self._event(
-                chunks.of(
-                    [chat_delta(piece.index, delta, piece.finish, logprobs=logprobs, token_ids=ids)]
-                )
+            version = piece.weights_version
+            choice = chat_delta(
+                piece.index,
+                delta,
+                piece.finish,
+                logprobs=logprobs,
+                token_ids=ids,
+                weights_version=version,
             )
+            self._event(chunks.of([choice], version))
         return out
 
     # -- text completions (token ids in, token ids out) ----------------------------------------
@@ -334,14 +373,13 @@ class Handler(BaseHTTPRequestHandler):
                 ),
                 token_ids=reply.ids if sampling.return_token_ids else None,
                 prompt_ids=job.prompt if sampling.return_token_ids else None,
+                weights_version=reply.weights_version,
             )
             for i, (job, reply) in enumerate(zip(jobs, replies, strict=True))
         ]
         tokens = (prompt_tokens, sum(len(r.ids) for r in replies))
-        self._send(
-            200,
-            text_body(server.model_id, server.fingerprint, choices, tokens, server.weights_version),
-        )
+        oldest = min(r.weights_version for r in replies)
+        self._send(200, text_body(server.model_id, server.fingerprint, choices, tokens, oldest))
 
     def _text_logprobs(
         self, wanted: int | None, ids: list[int], logprobs: list[float], top: Any, offset: int = 0
@@ -354,7 +392,7 @@ class Handler(BaseHTTPRequestHandler):
         self, wanted: int | None, sampling: Sampling, jobs: list[RowJob], prompt_tokens: int
     ) -> None:
         server = self.server
-        chunks = Chunks(False, server.model_id, server.fingerprint, server.weights_version)
+        chunks = Chunks(False, server.model_id, server.fingerprint)
         self._start_stream()
         if sampling.return_token_ids:
             for i, job in enumerate(jobs):
@@ -371,10 +409,16 @@ class Handler(BaseHTTPRequestHandler):
                 )
                 offsets[piece.index] += len(piece.text)
                 ids = piece.ids if sampling.return_token_ids else None
+                version = piece.weights_version
                 choice = text_choice(
-                    piece.index, piece.text, piece.finish, logprobs=logprobs, token_ids=ids
+                    piece.index,
+                    piece.text,
+                    piece.finish,
+                    logprobs=logprobs,
+                    token_ids=ids,
+                    weights_version=version,
                 )
-                self._event(chunks.of([choice]))
+                self._event(chunks.of([choice], version))
             if sampling.include_usage:
                 self._event(chunks.usage((prompt_tokens, out)))
         except (BrokenPipeError, ConnectionResetError):
@@ -410,7 +454,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):  # the client gave up
+            self.close_connection = True
             logger.debug("client went away before the reply")
 
     def _start_stream(self) -> None:

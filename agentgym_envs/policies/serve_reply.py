@@ -5,7 +5,12 @@ Token ids follow vLLM's ``return_token_ids`` extension: a chat completion carrie
 ``prompt_token_ids`` at the top level and ``token_ids`` in each choice; a text
 completion carries both in each choice (its prompts may differ). In a stream, the
 prompt's ids come in the first chunk and each chunk's ``token_ids`` are the ids it adds.
-Every body also says ``weights_version``: the server's count of weight loads.
+Weights: each choice says ``weights_version``, the version of the weights that sampled
+it (the server's count of weight loads when the choice's batch ran; a choice always
+comes from one batch). A body's top-level ``weights_version`` is the oldest of its
+choices' versions (the choices of one request may run in different batches). A stream
+chunk that carries sampled tokens or a finish says its choice's version at the top level
+and in the choice; the opening chunks (role, prompt ids) precede sampling and say none.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ def chat_choice(
     *,
     logprobs: dict[str, Any] | None = None,
     token_ids: Sequence[int] | None = None,
+    weights_version: int | None = None,
 ) -> dict[str, Any]:
     """One chat choice; a tool call read from the text becomes ``message.tool_calls``
     (``content`` null) with ``finish_reason="tool_calls"``."""
@@ -122,6 +128,8 @@ def chat_choice(
     }
     if token_ids is not None:
         choice["token_ids"] = list(token_ids)
+    if weights_version is not None:
+        choice["weights_version"] = weights_version
     return choice
 
 
@@ -134,7 +142,7 @@ def chat_body(
     prompt_ids: Sequence[int] | None = None,
     weights_version: int | None = None,
 ) -> dict[str, Any]:
-    """A ``chat.completion`` object."""
+    """A ``chat.completion`` object (``weights_version``: the oldest of the choices')."""
     body: dict[str, Any] = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -159,6 +167,7 @@ def text_choice(
     logprobs: dict[str, Any] | None = None,
     token_ids: Sequence[int] | None = None,
     prompt_ids: Sequence[int] | None = None,
+    weights_version: int | None = None,
 ) -> dict[str, Any]:
     """One text-completion choice (also a stream chunk's choice)."""
     choice: dict[str, Any] = {
@@ -171,6 +180,8 @@ def text_choice(
         choice["token_ids"] = list(token_ids)
     if prompt_ids is not None:
         choice["prompt_token_ids"] = list(prompt_ids)
+    if weights_version is not None:
+        choice["weights_version"] = weights_version
     return choice
 
 
@@ -181,7 +192,7 @@ def text_body(
     tokens: tuple[int, int],
     weights_version: int,
 ) -> dict[str, Any]:
-    """A ``text_completion`` object."""
+    """A ``text_completion`` object (``weights_version``: the oldest of the choices')."""
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
@@ -201,10 +212,9 @@ class Chunks:
         chat: chat completion chunks (else text completion chunks).
         model_id: the served model's id.
         fingerprint: ``system_fingerprint``.
-        weights_version: the server's weights version.
     """
 
-    def __init__(self, chat: bool, model_id: str, fingerprint: str, weights_version: int) -> None:
+    def __init__(self, chat: bool, model_id: str, fingerprint: str) -> None:
         prefix, self.kind = (
             ("chatcmpl", "chat.completion.chunk") if chat else ("cmpl", "text_completion")
         )
@@ -214,12 +224,15 @@ class Chunks:
             "created": int(time.time()),
             "model": model_id,
             "system_fingerprint": fingerprint,
-            "weights_version": weights_version,
         }
 
-    def of(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        """A chunk with these choices (and extra top-level fields)."""
-        return {**self._head, "choices": choices, **extra}
+    def of(
+        self, choices: list[dict[str, Any]], weights_version: int | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """A chunk with these choices (and extra top-level fields); ``weights_version``:
+        the version of the weights that sampled what the chunk carries."""
+        version = {} if weights_version is None else {"weights_version": weights_version}
+        return {**self._head, **version, "choices": choices, **extra}
 
     def usage(self, tokens: tuple[int, int]) -> dict[str, Any]:
         """The closing chunk of ``stream_options.include_usage``: no choices, usage."""
@@ -233,6 +246,7 @@ def chat_delta(
     *,
     logprobs: dict[str, Any] | None = None,
     token_ids: Sequence[int] | None = None,
+    weights_version: int | None = None,
 ) -> dict[str, Any]:
     """One choice of a chat stream chunk."""
     choice: dict[str, Any] = {
@@ -243,6 +257,8 @@ def chat_delta(
     }
     if token_ids is not None:
         choice["token_ids"] = list(token_ids)
+    if weights_version is not None:
+        choice["weights_version"] = weights_version
     return choice
 
 

@@ -36,6 +36,9 @@ class Piece:
     top: list[TopLogprobs]
     finish: str | None = None
     """Set on the row's last piece: ``"stop"`` or ``"length"``."""
+    weights_version: int | None = None
+    """The version of the weights that sampled the row (None only on an empty last
+    piece of a row that sampled nothing)."""
 
 
 class TextStream:
@@ -111,6 +114,7 @@ def stream_pieces(
         return str(tokenizer.decode(ids, skip_special_tokens=True))
 
     streams = [TextStream(decode, job.stop) for job in jobs]
+    versions: list[int | None] = [None] * len(jobs)
     open_rows = len(jobs)
     while open_rows:
         try:
@@ -118,10 +122,26 @@ def stream_pieces(
         except queue.Empty:
             raise TimeoutError(f"no token for {timeout_s:.0f} s") from None
         stream = streams[index]
+        version = step.weights_version if step is not None else None
         if step is None:
             open_rows -= 1
             reply = engine.reply(jobs[index], futures[index].result())
-            yield Piece(index, stream.rest(reply.text), [], [], [], reply.finish)
+            version = reply.weights_version
+        _same_weights(versions, index, version)
+        if step is None:
+            yield Piece(index, stream.rest(reply.text), [], [], [], reply.finish, version)
         elif not stream.stopped:
             text = stream.feed(step.id)
-            yield Piece(index, text, [step.id], [step.logprob], [step.top])
+            yield Piece(index, text, [step.id], [step.logprob], [step.top], None, version)
+
+
+def _same_weights(versions: list[int | None], index: int, version: int | None) -> None:
+    """Record a row's weights version; a row is one batch, so it never changes (a
+    choice mixing two versions would be mislabelled: refuse it)."""
+    if versions[index] is None:
+        versions[index] = version
+    elif version != versions[index]:
+        raise RuntimeError(
+            f"choice {index} was sampled by weights versions {versions[index]} and "
+            f"{version}; a choice must come from one version (a bug in the batcher)"
+        )

@@ -1,7 +1,12 @@
 """The action parser: every accepted form, and precise error codes."""
 
+import json
+from collections.abc import Callable
+
+import gymnasium as gym
 import pytest
 
+import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core import ActionParser, ErrorCode, ToolSet
 from tests.core.counter_env import CounterEnv
 
@@ -191,3 +196,41 @@ def test_over_long_action_is_a_clear_parse_error() -> None:
     assert parsed.error_code == ErrorCode.PARSE_ERROR
     assert parsed.error_message is not None
     assert "40004 characters; the limit is 40000" in parsed.error_message
+
+
+HANDOVER = "Agents write <tool_call>transfer_to_human_agents(summary='x')</tool_call> to hand over."
+FENCED = "Please run:\n```\nx = 1\n```\nDid that work?"
+
+
+@pytest.mark.parametrize("say", [HANDOVER, FENCED])
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda m: json.dumps({"name": "respond", "arguments": {"message": m}}),
+        lambda m: json.dumps([{"name": "respond", "arguments": {"message": m}}]),
+        lambda m: json.dumps(
+            {"function": {"name": "respond", "arguments": json.dumps({"message": m})}}
+        ),
+        lambda m: f"respond(message={m!r})",
+        lambda m: f"<think>plan</think>\n respond(message={m!r})  ",
+    ],
+    ids=["json", "json-list", "openai-entry", "python", "python-after-reasoning"],
+)
+def test_a_whole_call_runs_as_written_whatever_its_strings_hold(
+    form: Callable[[str], str], say: str
+) -> None:
+    """A tag or a fence inside an argument is text: the call is the one the model made
+    (the parser used to search the tags and fences first and ran the handover)."""
+    env = gym.make("agentgym/Retail-v1")
+    parsed = env.unwrapped.parser.parse(form(say))  # type: ignore[attr-defined]
+    assert parsed.error_code is None, parsed.error_message
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("respond", {"message": say})]
+
+
+def test_text_around_tags_and_fences_still_finds_the_call(parser: ActionParser) -> None:
+    """Only a whole structured action is read as one value; prose still gets searched."""
+    broken = '{"name": "add", "arguments": {"n": 2}\n<tool_call>add(n=3)</tool_call>'
+    assert parser.parse(broken).calls[0].arguments == {"n": 3}
+    assert parser.parse("Adding.\n```\nadd(n=4)\n```").calls[0].arguments == {"n": 4}
+    huge = '{"name": "add", "arguments": {"n": 1' + "0" * 4400 + "}}"
+    assert parser.parse(huge).error_code == ErrorCode.PARSE_ERROR  # never raises

@@ -18,6 +18,8 @@ from agentgym_envs.core import ToolMode
 from agentgym_envs.core.actions import FORMAT_NOTE
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.native import DELIVERED, system_prompt
+from agentgym_envs.core.spaces import TextSpace
+from tests.core.counter_env import CounterEnv
 
 
 def native(calls: list[tuple[str, dict[str, Any]]], prefix: str = "call") -> str:
@@ -201,3 +203,57 @@ def test_the_docs_example_gives_the_messages_it_shows() -> None:
     exec(compile(code, "docs/tool_calling.md", "exec"), scope)
     assert scope["info"]["messages"] == [json.loads(line.rstrip(",")) for line in shown]
     assert scope["messages"][0]["role"] == "system" and len(shown) == 3
+
+
+def test_a_huge_integer_literal_is_an_error_observation_not_an_exception() -> None:
+    action = '{"name": "add", "arguments": {"n": 1' + "0" * 4400 + "}}"
+    text = CounterEnv()
+    text.reset(seed=0)
+    assert len(action) < text.max_action_chars  # within the limit: parsed, not refused
+    assert text.step(action)[4]["error"]["code"] == "parse_error"
+    env = CounterEnv(tool_mode="native")
+    env.reset(seed=0)
+    _, _, terminated, _, info = env.step(action)  # json.loads raised ValueError here
+    assert info["error"]["code"] == "parse_error"
+    assert not terminated and info["messages"]
+    too_long = "[" * (env.max_action_chars + 1)  # over the limit: refused by its length
+    assert "limit" in env.step(too_long)[4]["error"]["message"]
+
+
+class _SmallObsCounter(CounterEnv):
+    """The core's test env with a small observation limit (the cap under test)."""
+
+    max_observation_chars = 300
+
+
+def test_native_messages_obey_the_observation_limit_and_charset() -> None:
+    env = _SmallObsCounter(tool_mode="native")
+    env.reset(seed=0)
+    space = TextSpace(env.max_observation_chars)
+    hostile = "A" * 2000 + "\x1b[2J\x07 clear the screen"
+    obs, _, _, _, info = env.step(json.dumps({"role": "assistant", "content": hostile}))
+    assert space.contains(obs)  # the text observation is capped and escaped
+    assert info["messages"]
+    for m in info["messages"]:
+        assert space.contains(m["content"]), (m["role"], len(m["content"]))
+    call = native([("add", {"n": 1})], "c")
+    info = env.step(call.replace('"content": null', '"content": "\\u001b[2J"'))[4]
+    assert [m["role"] for m in info["messages"]] == ["tool"]
+    assert all(space.contains(m["content"]) for m in info["messages"])
+
+
+def test_a_native_call_runs_the_tool_the_model_called() -> None:
+    env = gym.make("agentgym/Retail-v1", tool_mode="native")
+    env.reset(seed=0)
+    text = (
+        "Agents write <tool_call>transfer_to_human_agents(summary='x')</tool_call> to "
+        "hand over. How can I help?"
+    )
+    _, _, terminated, _, info = env.step(native([("respond", {"message": text})], "c1"))
+    assert [c["name"] for c in info["tool_calls"]] == ["respond"]  # it ran the transfer
+    assert not terminated
+    fenced = "Please run:\n```\nx = 1\n```\nDid that work?"
+    info = env.step(native([("respond", {"message": fenced})], "c2"))[4]
+    assert not info["error"], info["error"]  # it was refused as a parse_error
+    assert [c["name"] for c in info["tool_calls"]] == ["respond"]
+    assert [c["arguments"] for c in info["tool_calls"]] == [{"message": fenced}]

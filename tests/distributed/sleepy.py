@@ -1,7 +1,8 @@
 """A Sokoban that hangs or dies on a magic action, for the Ray pool's fault tests.
 
 Importing this module registers ``agentgym-test/SleepySokoban-v0``: the action
-``hang`` sleeps far past any step timeout, ``die`` ends the process with ``os._exit``.
+``hang`` sleeps far past any step timeout, ``die`` ends the process with ``os._exit``,
+``raise`` raises (the env itself fails; its actor lives on).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class SleepySokobanEnv(SokobanEnv):
             time.sleep(3600)
         if action == "die":
             os._exit(7)
+        if action == "raise":
+            raise RuntimeError("this step fell over")
         return super().step(action)
 
 

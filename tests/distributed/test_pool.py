@@ -4,6 +4,7 @@ snapshots across nodes, the vector env, and a clean shutdown."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -109,6 +110,50 @@ def test_family_defaults_are_data_and_overridable() -> None:
     games = default_resources("Sokoban", 2).ray_options()
     assert "memory" in games and games["num_cpus"] == 0.5
     assert default_resources("CartPole-v1", 1).num_cpus > 0  # outside agentgym: a default
+
+
+def test_an_actor_hands_back_its_episodes_for_the_drivers_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EnvHost (the actor's body, no Ray needed) records into an outbox, opens no store,
+    and the episode it returns makes the same row as the in-process recorder's."""
+    from agentgym_envs.distributed.host import EnvHost
+    from agentgym_envs.eval.evaluate import _close_stores, build_env
+    from agentgym_envs.eval.store import TrajectoryStore
+
+    monkeypatch.chdir(tmp_path)
+    job: tuple[Any, ...] = (SOKOBAN, {}, [], "actor-store.sqlite", "oracle", "", "run-1")
+    host = EnvHost(functools.partial(build_env, *job, True), 1)
+    inline = build_env(*job[:3], str(tmp_path / "inline.sqlite"), *job[4:])
+    try:
+        host.reset(0, 3, {"difficulty": "easy"})
+        inline.reset(seed=3, options={"difficulty": "easy"})
+        oracle, handed = inline.unwrapped.oracle(), []  # type: ignore[attr-defined]
+        for _ in range(200):
+            action = oracle.act()
+            assert host.oracle_act(0) == action
+            *_, terminated, truncated, _, episodes = host.step(0, action, {"trial": 0})
+            inline.get_wrapper_attr("note")(trial=0)  # in process, with the same note
+            inline.step(action)
+            handed += episodes
+            if terminated or truncated:
+                break
+        assert len(handed) == 1 and handed[0].outcome == Outcome.SUCCESS
+        assert not (tmp_path / "actor-store.sqlite").exists()  # the actor opened no store
+        with TrajectoryStore(tmp_path / "driver.sqlite") as driver:
+            driver.add_many(handed)
+            got = driver.get(1)
+        _close_stores()
+        with TrajectoryStore(tmp_path / "inline.sqlite") as store:
+            expected = store.get(1)
+        for when in ("started_at", "ended_at"):
+            setattr(got, when, 0.0)
+            setattr(expected, when, 0.0)
+        assert got == expected
+    finally:
+        host.close()
+        inline.close()
+        _close_stores()
 
 
 # -- on the two-node cluster ---------------------------------------------------------------
@@ -345,22 +390,64 @@ def test_a_pool_starts_and_stops_its_own_local_ray() -> None:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _cwd() -> str:
+    return os.getcwd()
+
+
 def test_agentgym_eval_backend_ray_records_every_episode(
-    ray_cluster: LocalCluster, tmp_path: Path
+    ray_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The driver writes every episode into the run's store, whatever the actors' node
+    and working directory (a relative --out used to be opened inside each actor)."""
+    import ray
+
     from agentgym_envs.cli import main
     from agentgym_envs.eval.store import TrajectoryStore
 
-    suite = tmp_path / "mini.yaml"
+    actor_cwd = Path(ray.get(ray.remote(_cwd).remote()))  # where Ray workers run
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    assert actor_cwd.resolve() != driver.resolve()  # a relative path differs there
+    stray = actor_cwd / "run-ray-records" / "trajectories.sqlite"
+    assert not stray.exists()
+    monkeypatch.chdir(driver)
+    suite = driver / "mini.yaml"
     suite.write_text('{"name": "mini", "trials": 1, "entries": [{"name": "sokoban", '
                      '"env": "Sokoban", "difficulty": "easy", "tasks": 3}]}')  # fmt: skip
-    out = tmp_path / "run"
     code = main(["eval", "--suite", str(suite), "--policy", "oracle", "--backend", "ray",
-                 "--envs-per-actor", "2", "--batch", "2", "--out", str(out)])  # fmt: skip
+                 "--envs-per-actor", "2", "--batch", "2", "--out", "run-ray-records"])  # fmt: skip
     assert code == 0
+    out = driver / "run-ray-records"
     report = json.loads((out / "report.json").read_text())
     assert report["config"]["isolation"] == "ray" and report["config"]["envs_per_actor"] == 2
     assert [e["success"] for e in report["episodes"]] == [True] * 3
-    # the actors' recording wrappers wrote to the run's store (same machine here)
+    assert not stray.exists(), "an actor opened the store relative to its own directory"
     with TrajectoryStore(out / "trajectories.sqlite") as store:
         assert store.count(policy="oracle", success=True) == 3
+
+
+def test_an_ended_episode_refuses_steps_until_reset(ray_cluster: LocalCluster) -> None:
+    with RayEnvPool(sleepy.ENV_ID, 1, resources=SMALL, step_timeout_s=60) as p:
+        assert not p.reset(0, seed=1).crashed
+        failed = p.step(0, "raise")  # the env raised: the result says the episode ended
+        assert failed.code is CrashCode.ENV_EXCEPTION and failed.truncated
+        after = p.step(0, 'move(direction="up")')  # the env would still play on
+        assert after.code is CrashCode.EPISODE_ENDED and "reset the slot" in after.error
+        assert after.info["outcome"] == Outcome.ENV_ERROR and p.restarts == 0
+        assert not p.reset(0, seed=1).crashed
+        assert not p.step(0, 'move(direction="up")').crashed
+
+
+def test_a_step_waiting_for_room_sees_its_actor_restart(ray_cluster: LocalCluster) -> None:
+    """The actor restarts while the step waits for room: it reports the lost episode
+    instead of stepping the fresh, never reset env."""
+    with RayEnvPool(
+        sleepy.ENV_ID, 2, resources=SMALL, envs_per_actor=2, max_in_flight=1, step_timeout_s=2.0
+    ) as p:
+        p.reset_many([(0, 0, None), (1, 1, None)])
+        p.submit_step(0, "hang")
+        p.submit_step(1, 'move(direction="up")')  # waits until slot 0's call expires
+        results = {r.slot: r for r in p.wait() + p.wait()}
+        assert results[0].code is CrashCode.STEP_TIMEOUT
+        assert results[1].code is CrashCode.EPISODE_LOST, results[1].error
+        assert p.restarts == 1 and p.in_flight == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -191,6 +192,36 @@ def test_a_dead_or_stuck_server_raises_server_errors(served: tuple[ChatServer, s
         generator.generate(PROMPTS[:1], [2])
 
 
+def _settled(lock: Any, quiet_s: float = 1.5, limit_s: float = 60.0) -> None:
+    """Wait until the server's load lock stayed free for ``quiet_s`` seconds."""
+    end, free_since = time.monotonic() + limit_s, None
+    while time.monotonic() < end:
+        if lock.locked():
+            free_since = None
+        elif free_since is None:
+            free_since = time.monotonic()
+        elif time.monotonic() - free_since >= quiet_s:
+            return
+        time.sleep(0.02)
+
+
+def test_a_slow_weight_load_is_not_sent_again(
+    served: tuple[ChatServer, str], tmp_path: Path
+) -> None:
+    server, url = served
+    checkpoint = save_tiny(tmp_path / "step-1", seed=1)
+    generator = HttpGenerator(url, "tiny", timeout_s=60, retries=2, load_timeout_s=0.5)
+    # a long batch is generating meanwhile: the load waits for it and the client gives up
+    with (
+        generator,
+        server.batcher.hold(),
+        pytest.raises(GenerationServerError, match=r"timeout 0\.5 s"),
+    ):
+        generator.load_weights(str(checkpoint))
+    _settled(server._load_lock)
+    assert server.weights_version == 1  # asked once, loaded once (not once per attempt)
+
+
 class _Proxy(BaseHTTPRequestHandler):
     """Forwards to the real server; fails the first ``failures`` requests with 503 and
     strips ``token_ids`` from replies when asked (as servers without them answer)."""
@@ -203,6 +234,7 @@ class _Proxy(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         data = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.seen += 1
+        self.server.record.append(json.loads(data))
         if self.server.failures > 0:
             self.server.failures -= 1
             self._reply(503, {"error": {"message": "overloaded", "type": "server_error"}})
@@ -232,6 +264,7 @@ class _Proxy(BaseHTTPRequestHandler):
 def proxy(served: tuple[ChatServer, str]) -> Iterator[Any]:
     front: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
     front.target, front.failures, front.strip, front.seen = served[1], 0, False, 0
+    front.record = []
     thread = threading.Thread(target=front.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     front.url = f"http://127.0.0.1:{front.server_address[1]}/v1"
@@ -253,6 +286,14 @@ def test_overloaded_servers_are_retried_then_reported(proxy: Any) -> None:
     assert info.value.status == 503
 
 
+def test_a_weight_load_is_never_retried(proxy: Any, tmp_path: Path) -> None:
+    proxy.failures = 1
+    generator = HttpGenerator(proxy.url, "tiny", retries=2)
+    with generator, pytest.raises(GenerationServerError, match="overloaded") as info:
+        generator.load_weights(str(save_tiny(tmp_path / "step-1", seed=1)))
+    assert info.value.status == 503 and proxy.seen == 1  # a load is not idempotent
+
+
 def test_a_server_without_token_ids_is_named_as_such(proxy: Any) -> None:
     proxy.strip = True
     generator = HttpGenerator(proxy.url, "tiny")
@@ -269,8 +310,36 @@ def test_a_server_without_token_ids_is_named_as_such(proxy: Any) -> None:
         {"timeout_s": 0},
         {"concurrency": 0},
         {"retries": -1},
+        {"load_timeout_s": 0},
     ],
 )
 def test_bad_settings_raise_config_errors(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         HttpGenerator(**{"base_url": "http://127.0.0.1:1/v1", "model": "m", **kwargs})
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"temperature": 0.3},
+        {"top_p": 0.5},
+        {"top_k": 50},
+        {"stop": ["\n"]},
+        {"max_tokens": 9},
+        {"seed": 3},
+        {"n": 2},
+        {"logprobs": 5},
+        {"return_token_ids": False},
+    ],
+)
+def test_extra_body_cannot_override_the_sampling_contract(field: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match=f"{next(iter(field))}.*generator.settings"):
+        HttpGenerator("http://127.0.0.1:9/v1", "m", temperature=1.0, extra_body=field)
+
+
+def test_extra_body_fields_that_leave_sampling_alone_are_sent(proxy: Any) -> None:
+    seen: list[dict[str, Any]] = []
+    proxy.record = seen
+    with HttpGenerator(proxy.url, "tiny", extra_body={"user": "trainer-7"}) as generator:
+        (sample,) = generator.generate(PROMPTS[:1], [2])
+    assert len(sample.ids) == 2 and [b["user"] for b in seen] == ["trainer-7"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from agentgym_envs.eval.runner import run_episodes
 from agentgym_envs.policies.openai_compat import OpenAIPolicy
 from agentgym_envs.policies.serve import ChatServer, start_server
 from agentgym_envs.policies.serve_api import completion_body, template_messages
+from agentgym_envs.policies.serve_http import SOCKET_TIMEOUT_S
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +143,49 @@ def test_malformed_bodies_long_prompts_and_survival(served: tuple[ChatServer, st
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=10)
     assert info.value.code == 404
+    assert post(url, chat(max_tokens=2))[0] == 200  # still serving
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        {"name": "a", "parameters": [1, 2]},
+        {"name": "a", "parameters": {"properties": [1]}},
+        {"name": "a", "parameters": {"properties": {"x": "string"}}},
+        {"name": "a", "parameters": {"required": "x"}},
+        {"name": "a", "description": 7},
+        {"name": ""},
+    ],
+)
+def test_malformed_tool_schemas_are_a_400_not_a_500(
+    served: tuple[ChatServer, str], function: dict[str, Any]
+) -> None:
+    _, url = served
+    status, reply = post(url, chat(tools=[{"type": "function", "function": function}]))
+    assert status == 400, reply
+    assert reply["error"]["param"].startswith("tools"), reply
+
+
+def raw_request(server: ChatServer, head: bytes, body: bytes = b"") -> str:
+    """Send raw bytes; the status line of the answer."""
+    host, port = server.server_address[:2]
+    with socket.create_connection((str(host), int(port)), timeout=30) as sock:
+        sock.sendall(head + body)
+        return sock.recv(64).decode().split("\r\n")[0]
+
+
+def test_bad_content_lengths_are_answered_and_free_the_handler(
+    served: tuple[ChatServer, str],
+) -> None:
+    server, url = served
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    assert raw_request(server, head % -5).split()[1] == "400"
+    server.socket_timeout_s = 0.5  # read by each new connection's handler
+    try:
+        # announces 100 bytes, sends 10 and waits: the handler gives up instead of hanging
+        assert raw_request(server, head % 100, b'{"model": ').split()[1] == "408"
+    finally:
+        server.socket_timeout_s = SOCKET_TIMEOUT_S
     assert post(url, chat(max_tokens=2))[0] == 200  # still serving
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -135,6 +136,120 @@ def test_is_loopback() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
     assert not is_loopback("192.0.2.2") and not is_loopback("::ffff:10.0.0.1")
     assert not is_loopback("not an address")
+
+
+# --------------------------------------------------------------------------- which weights sampled
+
+
+def events(url: str, path: str, body: Any) -> list[dict[str, Any]]:
+    """The JSON events of a streamed reply."""
+    request = urllib.request.Request(
+        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        raw = response.read().decode()
+    found = [e.removeprefix("data: ") for e in raw.split("\n\n") if e]
+    return [json.loads(e) for e in found if e != "[DONE]"]
+
+
+def logprobs_under(folder: str, prompt: list[int], ids: list[int]) -> torch.Tensor:
+    """Log-probs of ``ids`` after ``prompt`` under the weights saved in ``folder``."""
+    model = LlamaForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None]).squeeze(1)
+
+
+def test_a_reply_is_labelled_with_the_weights_that_sampled_it(
+    served: tuple[ChatServer, str], tiny_folder: str, tmp_path: Path
+) -> None:
+    server, url = served
+    random_weights(tiny_folder, tmp_path / "step-1", seed=1)
+    engine, pushed = server.engine, list[int]()
+    reply = engine.reply
+
+    def reply_then_push(job: Any, result: Any) -> Any:
+        if not pushed:  # the trainer's push lands just after the batch was sampled
+            pushed.append(server.load_weights(str(tmp_path / "step-1")))
+        return reply(job, result)
+
+    engine.reply = reply_then_push  # type: ignore[method-assign]
+    body = {"prompt": PROMPT[:3], "max_tokens": 4, "temperature": 0, "logprobs": 0}
+    status, out = post(url, "/completions", {**body, "return_token_ids": True})
+    assert status == 200 and pushed == [1]
+    (choice,) = out["choices"]
+    sampled_by = logprobs_under(tiny_folder, PROMPT[:3], choice["token_ids"])
+    got = torch.tensor(choice["logprobs"]["token_logprobs"])
+    assert torch.allclose(sampled_by, got, atol=1e-4)  # the old weights sampled them
+    assert out["weights_version"] == choice["weights_version"] == 0
+
+
+def test_streamed_tokens_are_labelled_with_the_weights_that_sampled_them(
+    served: tuple[ChatServer, str], tiny_folder: str, tmp_path: Path
+) -> None:
+    server, url = served
+    random_weights(tiny_folder, tmp_path / "step-1", seed=1)
+    batcher, pushed = server.batcher, list[int]()
+    submit = batcher.submit
+
+    def push_then_submit(jobs: Any) -> Any:
+        if not pushed:  # the push lands after the stream's head went out
+            pushed.append(server.load_weights(str(tmp_path / "step-1")))
+        return submit(jobs)
+
+    batcher.submit = push_then_submit  # type: ignore[method-assign]
+    body = {"prompt": PROMPT[:3], "max_tokens": 4, "temperature": 0, "stream": True}
+    found = events(url, "/completions", {**body, "return_token_ids": True})
+    assert pushed == [1]
+    sampled = [
+        e for e in found if any(c.get("token_ids") or c["finish_reason"] for c in e["choices"])
+    ]
+    assert len(sampled) == 5  # 4 tokens and the finish
+    assert {e["weights_version"] for e in sampled} == {1}
+    assert {c["weights_version"] for e in sampled for c in e["choices"]} == {1}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+    head, *sampled = events(url, "/chat/completions", {**chat, "return_token_ids": True})
+    assert "weights_version" not in head  # the role chunk goes out before sampling
+    assert sampled[-1]["choices"][0]["finish_reason"] == "length"
+    assert {e["weights_version"] for e in sampled} == {1}
+
+
+def test_choices_split_across_batches_each_say_their_weights(
+    tiny_folder: str, tmp_path: Path
+) -> None:
+    """n=2 with max_batch=1: the choices run in two batches and a load lands between."""
+    random_weights(tiny_folder, tmp_path / "step-1", seed=1)
+    server, url = start_server(tiny_folder, device="cpu", max_batch=1, model_id="tiny")
+    try:
+        batcher, engine, loads = server.batcher, server.engine, list[threading.Thread]()
+        run, collect = engine.run, batcher._collect
+
+        def run_then_load(jobs: Any, version: int) -> Any:
+            results = run(jobs, version)
+            if not loads:  # waits for this batch to end, then for the lock
+                load = threading.Thread(
+                    target=server.load_weights, args=(str(tmp_path / "step-1"),)
+                )
+                load.start()
+                loads.append(load)
+            return results
+
+        def collect_after_the_load(jobs: Any, deadline: Any) -> bool:
+            if loads:  # the next batch is put together only once the load is done
+                loads[0].join(timeout=60)
+            return collect(jobs, deadline)
+
+        engine.run = run_then_load  # type: ignore[method-assign,assignment]
+        batcher._collect = collect_after_the_load  # type: ignore[method-assign]
+        body = {"prompt": PROMPT[:3], "max_tokens": 3, "temperature": 0, "n": 2}
+        status, out = post(url, "/completions", {**body, "return_token_ids": True})
+        assert status == 200, out
+        assert [c["weights_version"] for c in out["choices"]] == [0, 1]
+        assert out["weights_version"] == 0  # the body says the oldest
+        first, second = (c["token_ids"] for c in out["choices"])
+        assert first != second  # greedy, but under two different weights
+    finally:
+        server.close()
 
 
 # --------------------------------------------------------------------------- pieces
