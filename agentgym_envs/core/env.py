@@ -45,10 +45,11 @@ from agentgym_envs.core.info import (
 )
 from agentgym_envs.core.ledger import CostLedger
 from agentgym_envs.core.native import ToolMode, native_turn, record_replies, system_prompt
-from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, step_reward
+from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally
 from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.core.state import EnvState, fingerprint
+from agentgym_envs.core.step_checks import StepCheckHooks, check_budget, settle_step
 from agentgym_envs.core.tasks import DEFAULT_COUNTS, Task, TaskSet, load_task_set
 from agentgym_envs.core.tools import ToolCall, ToolResult, ToolSet
 from agentgym_envs.core.validation import check_kwargs, check_reset_options, play_validation
@@ -66,7 +67,7 @@ class Oracle(Protocol):
         ...
 
 
-class AgentEnv(gym.Env[str, str], ABC):
+class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
     """Base class of every agentgym env. See DESIGN.md section 2 for the contract.
 
     Args:
@@ -364,6 +365,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         verifier_seed = int(opts.get("verifier_seed", seed))
         self._seeds = SeedsInfo(env=seed, task=task.seed, verifier=verifier_seed)
         self._visits = {self._world_key(): 1}
+        check_budget(self)  # a local_weight too large for this step budget raises
         obs = sanitize(f"{task.instruction}\n\n{self.reset_view()}", self.max_observation_chars)
         self._last_obs = obs
         self.on_observation(obs)
@@ -418,14 +420,7 @@ class AgentEnv(gym.Env[str, str], ABC):
         elif outcome is Outcome.SAFETY_STOP:
             new, share = self._tracker.update()
             self._reason = turn.safety.get("reason")
-        components = step_reward(
-            self.reward_config,
-            self._tally,
-            outcome=outcome,
-            milestone_share=share,
-            cost=turn.cost,
-            errors=errors,
-        )
+        components, checks = settle_step(self, turn, outcome, share, new)  # core.step_checks
         self._outcome = outcome
         key = self._world_key()
         visits = self._visits[key] = self._visits.get(key, 0) + 1
@@ -437,6 +432,8 @@ class AgentEnv(gym.Env[str, str], ABC):
         self._last_obs = obs
         self.on_observation(obs)
         info = self._info(outcome, turn.calls, turn.error, new, components, turn.safety, visits)
+        if checks:  # only with RewardConfig.local_weight > 0
+            info["step_checks"] = checks
         if self._native is not None:
             info["messages"] = self._native.finish(bool(turn.error) and not turn.results)
         self.last_info = info

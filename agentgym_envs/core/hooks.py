@@ -39,6 +39,8 @@ HOOKS: Mapping[str, str] = {
     "_dead_end": "why the goal can no longer be reached, or None",
     "before_verify": "compute what the verifiers read (a verdict) before they run",
     "env_failure": "why the environment itself broke (ENV_ERROR), or None",
+    "step_check_specs": "the step checks (local scores) the env reads (core.step_checks)",
+    "step_checks": "read each step check from the state after a step",
     # calls
     "on_message": "handle a plain-text message to the user",
     "stage_call": "run a staged tool's call on a scratch copy, uncommitted",

@@ -157,6 +157,7 @@ class StepInfo(TypedDict, total=False):
     state_visits: int
     env_error: ErrorInfo
     messages: list[dict[str, Any]]  # native tool mode: the observation by speaker
+    step_checks: dict[str, float]  # local_weight > 0: each check's local score (core.step_checks)
 
 
 STANDARD_KEYS = frozenset(StepInfo.__annotations__)  # ``extra_info`` may not shadow these

@@ -16,6 +16,13 @@ settles the return to ``hard_fail``, so "collect milestones, then violate" never
 Because ``success - max_penalty > milestone_total`` is enforced, a legitimate success
 always beats any failure, and ``hard_fail < -max_penalty`` makes a safety stop worse
 than any failure.
+
+Step checks (``core.step_checks``) add ``local_weight`` (λ) times the episode's local
+scores: ``R = r_goal + λ Σ r_local``. Like milestones they shape the path, never the
+value of an outcome: a success and a safety stop settle the return as above, and
+:meth:`RewardConfig.check_local` bounds λ so that a failure's best return stays below
+any success and its worst above a safety stop. With ``local_weight=0`` (the default)
+nothing changes, not even the version string.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import Outcome
@@ -45,6 +54,8 @@ class RewardConfig:
         format_penalty: penalty per policy error (unparsable action, unknown tool, ...).
         max_penalty: cap on the summed cost and format penalties of one episode.
         hard_fail: the exact return of an episode that a safety gate stopped.
+        local_weight: λ, the weight of the step checks' local scores (``core.step_checks``);
+            0 turns them off. :meth:`check_local` bounds it per env and step budget.
     """
 
     version: str = "layered-1"
@@ -54,6 +65,7 @@ class RewardConfig:
     format_penalty: float = 0.01
     max_penalty: float = 0.25
     hard_fail: float = -1.0
+    local_weight: float = 0.0
     fingerprint: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -65,7 +77,13 @@ class RewardConfig:
             raise ConfigError(f"RewardConfig fields {bad} must be finite numbers")
         negative = [
             k
-            for k in ("milestone_total", "cost_weight", "format_penalty", "max_penalty")
+            for k in (
+                "milestone_total",
+                "cost_weight",
+                "format_penalty",
+                "max_penalty",
+                "local_weight",
+            )
             if values[k] < 0
         ]
         if negative:
@@ -81,13 +99,50 @@ class RewardConfig:
                 f"RewardConfig: hard_fail ({self.hard_fail}) must be below -max_penalty "
                 f"({-self.max_penalty}) so that a safety stop is worse than any failure"
             )
+        if self.local_weight == 0:  # off: the fingerprint of every config before λ existed
+            del values["local_weight"]
         digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
         object.__setattr__(self, "fingerprint", digest)
 
     @property
     def version_tag(self) -> str:
         """``version+fingerprint``, the string recorded in ``info["versions"]["reward"]``."""
-        return f"{self.version}+{self.fingerprint}"
+        local = f"+local{self.local_weight:g}" if self.local_weight else ""
+        return f"{self.version}+{self.fingerprint}{local}"
+
+    def max_local_weight(self, gain: float, loss: float) -> float:
+        """The bound λ must stay strictly below, for an episode whose local scores can
+        add up to at most ``gain`` and at least ``-loss`` (``StepCheckSpec.episode_bounds``
+        summed over an env's checks for its step budget).
+
+        A failure returns at most ``milestone_total + λ·gain`` and must stay below the
+        worst success, ``success - max_penalty``; it returns at least
+        ``-max_penalty - λ·loss`` and must stay above a safety stop, ``hard_fail``.
+        """
+        margins = [(self.success - self.max_penalty - self.milestone_total, gain)]
+        margins.append((-self.max_penalty - self.hard_fail, loss))
+        return min((m / total for m, total in margins if total > 0), default=math.inf)
+
+    def check_local(self, bounds: Iterable[tuple[float, float]], context: str) -> None:
+        """Raise ConfigError when ``local_weight`` lets local scores overturn an outcome.
+
+        Args:
+            bounds: ``(gain, loss)`` per step check: the most one episode can earn and
+                lose from it (both >= 0).
+            context: what the bounds are for (an env and step budget), for the message.
+        """
+        if self.local_weight == 0:
+            return
+        pairs = list(bounds)
+        gain, loss = sum(g for g, _ in pairs), sum(lo for _, lo in pairs)
+        limit = self.max_local_weight(gain, loss)
+        if self.local_weight >= limit:
+            raise ConfigError(
+                f"RewardConfig.local_weight ({self.local_weight}) must be below {limit:.6g} "
+                f"for {context} (local scores up to +{gain:g}/-{loss:g} per episode), so "
+                "that a success always beats any failure and a safety stop stays the worst "
+                f"end; set local_weight below {limit:.6g}, or lower the checks' caps"
+            )
 
     def step_bounds(self) -> tuple[float, float]:
         """The smallest and largest reward a single step can return."""
@@ -106,14 +161,33 @@ class RewardConfig:
 
 @dataclass(slots=True)
 class RewardTally:
-    """What an episode has been paid so far (part of every snapshot)."""
+    """What an episode has been paid so far (part of every snapshot).
+
+    ``local`` is the λ-weighted local reward paid; ``levels`` what each step check has
+    reached (``core.step_checks``: the best progress, the worst setback, the summed
+    penalty), so no check pays twice for the same thing, across snapshots too.
+    """
 
     progress: float = 0.0
     penalty: float = 0.0
     total: float = 0.0
+    local: float = 0.0
+    levels: dict[str, float] = field(default_factory=dict)
 
-    def as_tuple(self) -> tuple[float, float, float]:
-        return (self.progress, self.penalty, self.total)
+    def __post_init__(self) -> None:
+        self.levels = dict(self.levels)  # a snapshot stores them as sorted pairs
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """Plain data for snapshots; the 3-tuple of old while no step check was scored."""
+        if not self.levels and not self.local:
+            return (self.progress, self.penalty, self.total)
+        return (
+            self.progress,
+            self.penalty,
+            self.total,
+            self.local,
+            tuple(sorted(self.levels.items())),
+        )
 
 
 def step_reward(
@@ -124,6 +198,7 @@ def step_reward(
     milestone_share: float,
     cost: float,
     errors: int,
+    local: float = 0.0,
 ) -> dict[str, float]:
     """Compute one step's reward components and update ``tally`` in place.
 
@@ -135,24 +210,30 @@ def step_reward(
             this step.
         cost: ledger cost units charged this step.
         errors: policy errors this step.
+        local: the step checks' summed local score this step (``core.step_checks``),
+            unweighted; paid as ``local_weight * local`` in a ``local`` component, which
+            is there only when ``local_weight > 0``.
 
     Returns:
-        The components (keys of ``COMPONENTS``); the step reward is their sum.
+        The components (keys of ``COMPONENTS``, plus ``local`` when λ > 0); the step
+        reward is their sum.
     """
+    weighted = config.local_weight * local
     if outcome is Outcome.ENV_ERROR:
-        return dict.fromkeys(COMPONENTS, 0.0)
+        return dict.fromkeys((*COMPONENTS, "local") if config.local_weight else COMPONENTS, 0.0)
     wanted = cost * config.cost_weight + errors * config.format_penalty
     penalty = min(wanted, config.max_penalty - tally.penalty)
     milestone = milestone_share * config.milestone_total
     milestone = min(milestone, config.milestone_total - tally.progress)
     tally.penalty += penalty
     tally.progress += milestone
+    tally.local += weighted
     success = safety = 0.0
-    if outcome is Outcome.SUCCESS:
-        success = config.success - tally.progress
+    if outcome is Outcome.SUCCESS:  # local scores shaped the path; they never inflate a success
+        success = config.success - tally.progress - tally.local
     elif outcome is Outcome.SAFETY_STOP:
         before = tally.total
-        safety = config.hard_fail - before - milestone + penalty
+        safety = config.hard_fail - before - milestone + penalty - weighted
     components = {
         "success": success,
         "milestone": milestone,
@@ -162,5 +243,7 @@ def step_reward(
         "safety": safety,
     }
     components["format"] = -(penalty + components["cost"])
+    if config.local_weight:
+        components["local"] = weighted
     tally.total += sum(components.values())
     return components

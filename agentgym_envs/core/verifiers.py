@@ -62,6 +62,12 @@ class MilestoneTracker:
     def ids(self) -> tuple[str, ...]:
         return tuple(m.id for m in self._all)
 
+    @property
+    def progress(self) -> float:
+        """The share (0..1) of the milestone weight reached so far."""
+        done = set(self.reached)
+        return sum(m.weight for m in self._all if m.id in done) / self._total_weight
+
     def update(self) -> tuple[list[str], float]:
         """Check pending milestones; return the newly reached ids and their weight share."""
         if not self._pending:

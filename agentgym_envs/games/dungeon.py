@@ -21,6 +21,14 @@ from agentgym_envs.core import (
     tool,
 )
 from agentgym_envs.core.errors import did_you_mean
+from agentgym_envs.core.step_checks import (
+    GENERIC_SPECS,
+    IRREVERSIBLE,
+    StepCheck,
+    StepCheckSpec,
+    StepFacts,
+    refined,
+)
 from agentgym_envs.games.dungeon_gen import LEVELS, OOD_LEVELS, generate_spec, words_for
 from agentgym_envs.games.dungeon_world import (
     ALIVE,
@@ -324,6 +332,15 @@ class DungeonEnv(AgentEnv):
     def _in_goal_room(self) -> bool:
         w = self._world
         return self._room == w.goal_room or bool(self._held >> w.goal & 1)
+
+    def step_check_specs(self) -> Sequence[StepCheckSpec]:
+        return (*GENERIC_SPECS, IRREVERSIBLE)
+
+    def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
+        """The core's checks (``progress``: the milestone share: keys, doors, goal room)
+        and ``no_irreversible_error``: -1 after a fall into a pit or a cursed item used."""
+        irreversible = StepCheck("no_irreversible_error", 0.0 if self._status == ALIVE else -1.0)
+        return refined(super().step_checks(facts), irreversible)
 
     # -- oracle and generation ----------------------------------------------------------
 

@@ -11,6 +11,14 @@ from typing import Any
 import numpy as np
 
 from agentgym_envs.core import AgentEnv, ConfigError, Milestone, Task, ToolResult, tool
+from agentgym_envs.core.step_checks import (
+    GENERIC_SPECS,
+    IRREVERSIBLE,
+    StepCheck,
+    StepCheckSpec,
+    StepFacts,
+    refined,
+)
 from agentgym_envs.games.grid import DIRECTION_SCHEMA, DIRECTIONS, deltas, distances, move_call
 
 START, FROZEN, HOLE, GOAL, PLAYER = "SFHGP"
@@ -352,6 +360,22 @@ class FrozenLakeEnv(AgentEnv):
 
     def _within(self, lake: Lake, limit: float) -> bool:
         return lake.distance[self._cell] <= limit
+
+    def step_check_specs(self) -> Sequence[StepCheckSpec]:
+        return (*GENERIC_SPECS, IRREVERSIBLE)
+
+    def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
+        """``progress``: the share of the start's distance to the goal covered (a new best
+        pays); ``no_irreversible_error``: -1 in a hole."""
+        lake = self._lake
+        assert lake is not None
+        far, here = lake.distance[lake.start], lake.distance[self._cell]
+        closer = 0.0 if math.isinf(here) else max(0.0, 1.0 - here / far)
+        return refined(
+            super().step_checks(facts),
+            StepCheck("progress", closer),
+            StepCheck("no_irreversible_error", -1.0 if self._cell in lake.holes else 0.0),
+        )
 
     # -- oracle and generation ----------------------------------------------------------
 

@@ -9,6 +9,14 @@ from typing import Any
 import numpy as np
 
 from agentgym_envs.core import AgentEnv, Milestone, Task, ToolResult, tool
+from agentgym_envs.core.step_checks import (
+    GENERIC_SPECS,
+    IRREVERSIBLE,
+    StepCheck,
+    StepCheckSpec,
+    StepFacts,
+    refined,
+)
 from agentgym_envs.games import sokoban_search as search
 from agentgym_envs.games.grid import DIRECTION_SCHEMA, deltas, move_call
 
@@ -76,6 +84,7 @@ class SokobanEnv(AgentEnv):
         self._deltas: dict[str, int] = {}
         self._player = 0
         self._boxes: set[int] = set()
+        self._start_boxes: tuple[int, ...] = ()
 
     # -- tools ------------------------------------------------------------------------
 
@@ -110,6 +119,7 @@ class SokobanEnv(AgentEnv):
         self._deltas = deltas(layout.width)
         self._player = player
         self._boxes = set(boxes)
+        self._start_boxes = tuple(boxes)  # the progress step check measures from here
 
     def _get_world(self) -> tuple[int, tuple[int, ...]]:
         return (self._player, tuple(sorted(self._boxes)))
@@ -156,6 +166,24 @@ class SokobanEnv(AgentEnv):
 
     def _boxes_placed(self, targets: frozenset[int], k: int) -> bool:
         return len(self._boxes & targets) >= k
+
+    def step_check_specs(self) -> Sequence[StepCheckSpec]:
+        return (*GENERIC_SPECS, IRREVERSIBLE)
+
+    def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
+        """``progress``: the share of the boxes' initial push distance to targets covered
+        (a new best pays); ``no_irreversible_error``: -1 once a box is on a dead square."""
+        layout = self._layout
+        assert layout is not None
+        far = sum(layout.target_distance[b] for b in self._start_boxes) or 1
+        dist = [layout.target_distance[b] for b in self._boxes]
+        dead = min(dist) < 0 or not self._boxes.isdisjoint(layout.dead)
+        closer = 0.0 if dead else max(0.0, 1.0 - sum(dist) / far)
+        return refined(
+            super().step_checks(facts),
+            StepCheck("progress", closer),
+            StepCheck("no_irreversible_error", -1.0 if dead else 0.0),
+        )
 
     # -- oracle and generation ----------------------------------------------------------
 
