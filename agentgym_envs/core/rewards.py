@@ -144,14 +144,24 @@ class RewardConfig:
                 f"end; set local_weight below {limit:.6g}, or lower the checks' caps"
             )
 
-    def step_bounds(self) -> tuple[float, float]:
-        """The smallest and largest reward a single step can return."""
+    def step_bounds(self, gain: float = 0.0, loss: float = 0.0) -> tuple[float, float]:
+        """The smallest and largest reward a single step can return.
+
+        With ``local_weight`` > 0 pass the step checks' per-episode ``gain`` and ``loss``
+        (``core.step_checks.local_bounds``): a success or a safety stop settles the return,
+        so its step gives back (or takes) whatever local scores paid before it.
+        """
+        up, down = self.local_weight * gain, self.local_weight * loss
         low = min(
-            self.hard_fail - self.milestone_total,
-            -self.max_penalty,
-            self.success - self.milestone_total - self.max_penalty,
+            self.hard_fail - self.milestone_total - up,
+            -self.max_penalty - down,
+            self.success - self.milestone_total - self.max_penalty - up,
         )
-        high = max(self.success, self.milestone_total, self.hard_fail + self.max_penalty)
+        high = max(
+            self.success + down,
+            self.milestone_total + up,
+            self.hard_fail + self.max_penalty + down,
+        )
         return low, high
 
     def return_bounds(self) -> tuple[float, float]:

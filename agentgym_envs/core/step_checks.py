@@ -164,6 +164,20 @@ def refined(base: Sequence[StepCheck], *own: StepCheck) -> tuple[StepCheck, ...]
     return (*(c for c in base if c.name not in names), *own)
 
 
+def local_bounds(env: AgentEnv) -> tuple[float, float]:
+    """``(gain, loss)``: the most the env's step checks can earn and lose in one episode
+    of its step budget (before the ``local_weight`` factor)."""
+    steps = env.step_budget
+    bounds = [s.episode_bounds(steps) for s in _specs(env).values()]
+    return sum(g for g, _ in bounds), sum(lo for _, lo in bounds)
+
+
+def step_reward_bounds(env: AgentEnv) -> tuple[float, float]:
+    """The smallest and largest reward one step of ``env`` can return, local scores included."""
+    config = env.reward_config
+    return config.step_bounds(*local_bounds(env)) if config.local_weight else config.step_bounds()
+
+
 def check_budget(env: AgentEnv) -> None:
     """At reset: raise ConfigError when λ is too large for this env's checks and budget."""
     config = env.reward_config
@@ -269,7 +283,9 @@ __all__ = [
     "StepCheckSpec",
     "StepFacts",
     "check_budget",
+    "local_bounds",
     "pay",
     "refined",
     "settle_step",
+    "step_reward_bounds",
 ]

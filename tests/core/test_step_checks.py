@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core import ConfigError, Outcome, RewardConfig
+from agentgym_envs.core.rewards import RewardTally, step_reward
 from agentgym_envs.core.step_checks import (
     GENERIC_SPECS,
     IRREVERSIBLE,
@@ -16,7 +17,9 @@ from agentgym_envs.core.step_checks import (
     StepCheck,
     StepCheckSpec,
     pay,
+    step_reward_bounds,
 )
+from tests.games.test_frozenlake import lake_env
 
 SPECS = {s.name: s for s in (*GENERIC_SPECS, IRREVERSIBLE)}
 
@@ -209,3 +212,56 @@ def test_success_returns_the_same_whatever_the_local_scores() -> None:
         returns.append(ret)
         e.close()
     assert returns[0] == pytest.approx(returns[1])
+
+
+# step_bounds with local scores (found by review: a success or a safety stop settles
+# the return, so its step gives back or takes what local scores paid before it)
+
+
+def _largest_lake_weight(env) -> float:
+    """The largest λ that check_budget accepts for ``env`` (just below the bound)."""
+    specs, steps = env.step_check_specs(), env.step_budget
+    bounds = [s.episode_bounds(steps) for s in specs]
+    gain, loss = sum(g for g, _ in bounds), sum(lo for _, lo in bounds)
+    return RewardConfig().max_local_weight(gain, loss) * 0.999
+
+
+def test_a_success_after_schema_errors_stays_within_step_bounds() -> None:
+    probe = lake_env(["SG"], reward_config=RewardConfig(local_weight=1e-9))
+    weight = _largest_lake_weight(probe)
+    probe.close()
+    config = RewardConfig(local_weight=weight)
+    env = lake_env(["SG"], reward_config=config)  # reset(seed=0) accepts this λ
+    low, high = step_reward_bounds(env)
+    assert high > config.success  # the success step gives back the schema penalties
+    rewards = []
+    for _ in range(5):  # unknown tools: -1 schema_valid each, the episode cap
+        _, reward, terminated, truncated, info = env.step("dance()")
+        assert info["step_checks"]["schema_valid"] == -1.0
+        rewards.append(reward)
+        assert not (terminated or truncated)
+    _, reward, terminated, _, info = env.step('move(direction="right")')
+    rewards.append(reward)
+    env.close()
+    assert info["outcome"] is Outcome.SUCCESS
+    assert config.success - config.max_penalty <= sum(rewards) <= config.success  # return ok
+    assert all(low - 1e-9 <= r <= high + 1e-9 for r in rewards), (rewards, (low, high))
+
+
+def test_a_safety_stop_after_local_progress_stays_within_step_bounds() -> None:
+    # the tally of an episode that reached 90% of its milestone weight (Dungeon: keys,
+    # doors) and was paid its generic `progress` check (the same share) at λ = 0.06,
+    # below the bound for the games' checks (0.75 / 11): the next step walks into a pit
+    # that trap_gate="stop" guards
+    config = RewardConfig(local_weight=0.06)
+    share = 0.9
+    tally = RewardTally(progress=share * config.milestone_total, local=share * 0.06)
+    tally.total = tally.progress + tally.local
+    comps = step_reward(
+        config, tally, outcome=Outcome.SAFETY_STOP, milestone_share=0.0, cost=0.0, errors=0
+    )
+    low, high = config.step_bounds(gain=1.0)  # the generic progress check: +1 per episode
+    reward = sum(comps.values())
+    assert low < config.hard_fail - config.milestone_total
+    assert tally.total == pytest.approx(config.hard_fail)  # the return is settled right
+    assert low - 1e-9 <= reward <= high + 1e-9, (reward, (low, high))
