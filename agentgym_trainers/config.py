@@ -108,6 +108,16 @@ class RolloutConfig:
     async_timeout_s: float = 600.0
     """With --rollout async: raise if the rollout worker delivers no batch for this long
     (a hung env or generation server), rather than wait forever."""
+    env_backend: Literal["local", "ray"] = "local"
+    """Where the n_envs env slots live: 'local' (in this process) or 'ray' (on the actors
+    of a Ray env pool, agentgym_envs.distributed; needs the dist extra). Same episodes for
+    the same seeds; an actor that dies or hangs ends its episodes as env_error (masked)
+    and is restarted. With --rollout async the rollout worker has a pool of its own."""
+    ray_address: str = ""
+    """With --env-backend ray: the Ray cluster to join (host:port; default: $RAY_ADDRESS,
+    else a new local Ray)."""
+    envs_per_actor: int = 1
+    """With --env-backend ray: envs hosted by one actor (each on a thread there)."""
 
 
 @dataclass(frozen=True)
@@ -313,6 +323,8 @@ class TrainConfig:
             raise ConfigError(f"warmup_steps must be >= 0, got {o.warmup_steps}")
         if o.max_lag < 0 or o.tis_cap < 1.0:
             raise ConfigError("max_lag must be >= 0 and tis_cap >= 1")
+        if r.envs_per_actor < 1:
+            raise ConfigError(f"envs_per_actor must be >= 1, got {r.envs_per_actor}")
         if not r.async_timeout_s > 0:
             raise ConfigError(f"async_timeout_s must be > 0 seconds, got {r.async_timeout_s}")
         if not 0.0 <= a.gamma <= 1.0 or not 0.0 <= a.lam <= 1.0:

@@ -20,6 +20,10 @@ Every turn records the weights version of the generator that sampled it
 two turns of one episode. A generation server that fails
 (:class:`~agentgym_envs.llm.http_generator.GenerationServerError`) ends the episodes of
 that generation call as ``env_error``, like an env crash: never a policy failure.
+
+The env slots live in this process or on a Ray env pool (``--env-backend ray``;
+:mod:`agentgym_trainers.env_slots`): after each generation call every live slot steps
+at once, so a pool steps them in parallel on its actors.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from agentgym_envs.core.episode import EpisodeFold, EpisodeSummary, Truncation
+from agentgym_envs.distributed.results import SlotResult
 from agentgym_envs.llm.chat import ChatFormat, Message
 from agentgym_envs.llm.generation import Generator, Sample
 from agentgym_envs.llm.http_generator import GenerationServerError
+from agentgym_trainers.env_slots import EnvSlots, LocalEnvSlots, Script
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +151,6 @@ class _TokenTurn:
 
 @dataclass
 class _Episode:
-    env: gym.Env[Any, Any]
     traj: Trajectory
     fold: EpisodeFold
     system: str
@@ -172,7 +177,8 @@ class RolloutRunner:
     """Plays jobs on a pool of envs with one batched sampler.
 
     Args:
-        make_env: builds one env (called ``n_envs`` times, and again after an env crash).
+        make_env: builds one env (called ``n_envs`` times, and again after an env crash);
+            unused when ``slots`` is given.
         chat: the tokenizer's chat format.
         sampler: the batched generator (its weights are the current policy).
         n_envs: env slots played in parallel.
@@ -182,6 +188,13 @@ class RolloutRunner:
         system_prompt: start each sequence with the env's system prompt (``info["system"]``);
             without it the chat has no system message (a chat template may still write
             its own default one, as SmolLM2's does).
+        slots: where the envs live (default: ``n_envs`` envs of ``make_env`` in this
+            process; a :class:`~agentgym_trainers.env_slots.PoolEnvSlots` puts them on a
+            Ray env pool). The runner closes them.
+
+    Raises:
+        ValueError: an unknown context policy, or ``slots`` of another size than
+            ``n_envs``.
     """
 
     def __init__(
@@ -195,28 +208,44 @@ class RolloutRunner:
         max_context: int,
         context_policy: ContextPolicy = "summary",
         system_prompt: bool = True,
+        slots: EnvSlots | None = None,
     ) -> None:
         self.system_prompt = system_prompt
         if context_policy not in CONTEXT_POLICIES:
             raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}")
+        if slots is not None and len(slots) != n_envs:
+            raise ValueError(f"slots has {len(slots)} envs, expected n_envs={n_envs}")
         self.make_env = make_env
         self.chat = chat
         self.sampler = sampler
-        self.envs = [make_env() for _ in range(n_envs)]
+        self.slots: EnvSlots = slots if slots is not None else LocalEnvSlots(make_env, n_envs)
         self.max_new_tokens = max_new_tokens
         self.max_context = max_context
         self.context_policy = context_policy
         self.min_turn_tokens = min(16, max_new_tokens)
 
+    @property
+    def envs(self) -> list[gym.Env[Any, Any]]:
+        """The in-process envs, slot by slot.
+
+        Raises:
+            TypeError: the slots are not in this process (a Ray env pool).
+        """
+        if not isinstance(self.slots, LocalEnvSlots):
+            raise TypeError(
+                f"this runner's envs live on {type(self.slots).__name__}, not in this "
+                "process; use runner.slots (or --env-backend local)"
+            )
+        return self.slots.envs
+
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        self.slots.close()
 
     def collect(
         self,
         jobs: Sequence[RolloutJob],
         policy_version: int,
-        script: Callable[[gym.Env[Any, Any]], Callable[[], str]] | None = None,
+        script: Script | None = None,
     ) -> tuple[list[Trajectory], RolloutStats]:
         """Play every job to its end; trajectories come back in job order.
 
@@ -247,7 +276,7 @@ class RolloutRunner:
         stats: RolloutStats,
         *,
         policy_version: int | None = None,
-        script: Callable[[gym.Env[Any, Any]], Callable[[], str]] | None = None,
+        script: Script | None = None,
         before_generate: Callable[[], None] | None = None,
     ) -> None:
         """Play jobs until ``feed`` has none left and every episode has ended.
@@ -270,7 +299,7 @@ class RolloutRunner:
         """
         live: dict[int, tuple[int, _Episode]] = {}  # slot -> (job key, episode)
         while True:
-            for slot in range(len(self.envs)):
+            for slot in range(len(self.slots)):
                 while slot not in live and (item := feed()) is not None:
                     index, job = item
                     first = policy_version
@@ -281,7 +310,7 @@ class RolloutRunner:
                         emit(index, self._finish(episode))
                         continue
                     if script is not None:
-                        episode.script = script(episode.env)
+                        episode.script = self.slots.script(slot, script)
                     live[slot] = (index, episode)
             if not live:
                 return
@@ -296,9 +325,18 @@ class RolloutRunner:
                 continue
             # read after the call: a server reports the weights that answered it
             version = self.sampler.weights_version if policy_version is None else policy_version
-            for slot, sample in zip(slots, samples, strict=True):
+            actions = [
+                (slot, self._act(live[slot][1], sample, version))
+                for slot, sample in zip(slots, samples, strict=True)
+            ]
+            start = time.perf_counter()
+            try:  # every live slot steps at once (in parallel on a pool's actors)
+                results = self.slots.step_many(actions)
+            finally:
+                stats.env_s += time.perf_counter() - start
+            for (slot, content), sample, result in zip(actions, samples, results, strict=True):
                 index, episode = live[slot]
-                if not self._advance(slot, episode, sample, version, stats):
+                if not self._observe(episode, sample, content, result):
                     emit(index, self._finish(episode))
                     del live[slot]
 
@@ -337,18 +375,19 @@ class RolloutRunner:
         traj = Trajectory(job=job, policy_version=version)
         traj.context = {"policy": self.context_policy, "dropped_turns": 0, "truncated": False}
         fold = EpisodeFold()
-        env = self.envs[slot]
         start = time.perf_counter()
         options = {"task_id": job.task_id} if job.task_id is not None else None
         try:
-            obs, info = env.reset(seed=job.env_seed, options=options)
-        except Exception as exc:  # an env crash is an env error, never a policy failure
-            return self._crashed(slot, env, traj, fold, exc)
+            result = self.slots.reset(slot, job.env_seed, options)
         finally:
             stats.env_s += time.perf_counter() - start
+        if result.crashed:  # an env crash is an env error, never a policy failure
+            fold.crash(result.error)
+            return _Episode(traj=traj, fold=fold, system="", task_obs="")
+        obs, info = result.obs, result.info
         fold.reset(info)
         system = str(info.get("system") or "") if self.system_prompt else ""
-        episode = _Episode(env=env, traj=traj, fold=fold, system=system, task_obs=obs)
+        episode = _Episode(traj=traj, fold=fold, system=system, task_obs=obs)
         traj.system, traj.observations = system, [obs]
         episode.env_time_ms = float((info.get("cost") or {}).get("env_time_ms", 0.0))
         episode.messages = self._head(episode, summary=None)
@@ -360,11 +399,8 @@ class RolloutRunner:
             self._truncate(episode)
         return episode
 
-    def _advance(
-        self, slot: int, ep: _Episode, sample: Sample, version: int, stats: RolloutStats
-    ) -> bool:
-        """Append a sample (drawn by weights ``version``), step the env, append the
-        observation. False when it ended."""
+    def _act(self, ep: _Episode, sample: Sample, version: int) -> str:
+        """Append a sample (drawn by weights ``version``); returns its action text."""
         seg, traj = ep.segment, ep.traj
         traj.turn_versions.append(version)
         ep.fold.usage(tokens_in=len(seg.ids), tokens_out=len(sample.ids))
@@ -373,14 +409,16 @@ class RolloutRunner:
         seg.turns.append(len(traj.actions))
         content = self.chat.content(sample.ids)
         traj.actions.append(content)
-        start = time.perf_counter()
-        try:
-            obs, reward, terminated, truncated, info = ep.env.step(content)
-        except Exception as exc:
-            self._crashed(slot, ep.env, traj, ep.fold, exc)
+        return content
+
+    def _observe(self, ep: _Episode, sample: Sample, content: str, result: SlotResult) -> bool:
+        """Append the env's answer to the action ``content`` (``sample``'s text). False
+        when the episode ended."""
+        seg, traj = ep.segment, ep.traj
+        if result.crashed:
+            ep.fold.crash(result.error)
             return False
-        finally:
-            stats.env_s += time.perf_counter() - start
+        obs, reward, terminated, truncated, info = result.step_tuple()
         env_ms = float((info.get("cost") or {}).get("env_time_ms", ep.env_time_ms))
         traj.durations_s.append(max(env_ms - ep.env_time_ms, 0.0) / 1000.0)
         ep.env_time_ms = env_ms
@@ -485,22 +523,6 @@ class RolloutRunner:
         ep.segment.logprobs = ep.segment.logprobs[: self.max_context]
         ep.fold.cut(Truncation.CONTEXT_LIMIT)
         ep.traj.context["truncated"] = True
-
-    def _crashed(
-        self,
-        slot: int,
-        env: gym.Env[Any, Any],
-        traj: Trajectory,
-        fold: EpisodeFold,
-        exc: Exception,
-    ) -> _Episode:
-        log.warning("env crashed (slot %d): %r; replacing it", slot, exc)
-        fold.crash(f"{type(exc).__name__}: {exc}")
-        try:
-            env.close()
-        finally:
-            self.envs[slot] = self.make_env()
-        return _Episode(env=self.envs[slot], traj=traj, fold=fold, system="", task_obs="")
 
     def _finish(self, ep: _Episode) -> Trajectory:
         seg = ep.segment

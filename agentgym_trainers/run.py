@@ -22,9 +22,10 @@ from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.sft import SFT
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.env_slots import oracle_script
 from agentgym_trainers.rollout import RolloutJob, Trajectory
 from agentgym_trainers.runlog import read_metrics
-from agentgym_trainers.trainer import Trainer, _chunks, env_seed, task_ids
+from agentgym_trainers.trainer import Trainer, _chunks, env_seed
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,8 @@ def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
         RolloutJob(tasks[i % len(tasks)], env_seed(cfg.data.seed, 0, i, "sft"), i) for i in share
     ]
 
-    def oracle(env: Any) -> Callable[[], str]:
-        act: Callable[[], str] = env.unwrapped.oracle().act
-        return act
-
-    trajs, _ = trainer.runner.collect(jobs, trainer.version, script=oracle)
+    # the oracle runs next to its env: in this process, or in a Ray pool's actor
+    trajs, _ = trainer.runner.collect(jobs, trainer.version, script=oracle_script)
     return [t for t in trajs if t.episode.valid]
 
 
@@ -107,7 +105,7 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
     with the evaluation's wall time."""
     start = time.perf_counter()
     cfg = trainer.cfg
-    pool = task_ids(trainer.runner.envs[0], split, cfg.data.difficulty)
+    pool = trainer.split_tasks(split)
     share = range(trainer.rank, episodes, trainer.world)
     jobs = [
         RolloutJob(pool[i % len(pool)], env_seed(cfg.data.seed, 0, i, "eval"), i) for i in share

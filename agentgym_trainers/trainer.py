@@ -58,6 +58,7 @@ from agentgym_trainers.async_rollout import AsyncRollouts, fresh_tokens
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
+from agentgym_trainers.env_slots import LocalEnvSlots, pool_slots
 from agentgym_trainers.envs import register as register_fixtures
 from agentgym_trainers.model import ValueHead
 from agentgym_trainers.records import stored_episode
@@ -135,11 +136,16 @@ class Trainer:
         self.engine = self._engine(self.lm)
         self.sampler = self.make_sampler(self.lm, self.engine)
         env_kwargs = dict(config.data.env_kwargs)
+        self._custom_env = make_env  # --env-backend ray pickles it into the actors
         self.make_env = make_env or (lambda: gym.make(config.data.env, **env_kwargs))
         self.runner = self.make_runner(self.sampler)
         # --rollout async: the rollout worker's side, made when RL starts (rl_step)
         self.rollouts: AsyncRollouts | None = None
-        self.tasks = task_ids(self.runner.envs[0], config.data.split, config.data.difficulty)
+        try:
+            self.tasks = self.split_tasks(config.data.split)
+        except BaseException:  # a bad split: no env (or Ray pool) is left behind
+            self.runner.close()
+            raise
         self.curriculum = CurriculumSampler(
             self.tasks,
             alpha=config.data.curriculum_alpha,
@@ -252,8 +258,20 @@ class Trainer:
         )
 
     def make_runner(self, generator: Generator) -> RolloutRunner:
-        """A rollout runner with ``n_envs`` new envs around ``generator``."""
+        """A rollout runner with ``n_envs`` new envs around ``generator``: in this
+        process, or (``--env-backend ray``) on a new Ray env pool, which the runner's
+        ``close`` shuts down."""
         cfg = self.cfg.rollout
+        slots = None
+        if cfg.env_backend == "ray":
+            slots = pool_slots(
+                self.cfg.data.env,
+                cfg.n_envs,
+                env_kwargs=self.cfg.data.env_kwargs,
+                make_env=self._custom_env,
+                envs_per_actor=cfg.envs_per_actor,
+                address=cfg.ray_address or None,
+            )
         return RolloutRunner(
             self.make_env,
             self.chat,
@@ -263,7 +281,22 @@ class Trainer:
             max_context=cfg.max_context,
             context_policy=cfg.context_policy,
             system_prompt=cfg.system_prompt,
+            slots=slots,
         )
+
+    def split_tasks(self, split: str) -> list[str]:
+        """The task ids of ``split`` (at the configured difficulty), read from an env in
+        this process: the runner's first env, or a probe env built and closed here when
+        the envs live on a Ray pool."""
+        difficulty = self.cfg.data.difficulty
+        slots = self.runner.slots
+        if isinstance(slots, LocalEnvSlots):
+            return task_ids(slots.envs[0], split, difficulty)
+        probe = self.make_env()
+        try:
+            return task_ids(probe, split, difficulty)
+        finally:
+            probe.close()
 
     # -- one RL step -----------------------------------------------------------------------
 

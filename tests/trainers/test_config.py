@@ -87,6 +87,9 @@ OLD_KEYS = [
     "keep_checkpoints",
     "resume",
     "log_to",  # added with the TensorBoard / W&B trackers
+    "env_backend",  # added with the Ray env pool backend
+    "ray_address",
+    "envs_per_actor",
 ]
 
 
