@@ -1,6 +1,8 @@
-"""A real two-node Ray cluster on this machine: the ``ray_cluster`` fixture of the test
-packages that need one (``tests/distributed``, ``tests/trainers``), whose conftests import
-it; package-scoped, so each package starts one cluster and stops it when it is done.
+"""A real two-node Ray cluster on this machine: the ``ray_cluster`` fixture of the tests
+that need one (``tests/distributed``, ``tests/trainers``), registered by tests/conftest.py.
+Session-scoped: one cluster per test process (each xdist worker starts its own, on first
+use), because Ray keeps the first cluster's auth token for the life of a process, and a
+second cluster in the same process would refuse this driver.
 
 Each node is its own ``ray start`` (head on 127.0.0.2; the second node on 127.0.0.3
 offers the custom resource ``node2``), with free ports and a private temp dir. The
@@ -30,7 +32,7 @@ def forget_auth_token() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[LocalCluster]:
     pytest.importorskip(
         "ray", reason="the dist extra is not installed: pip install 'agentgym-envs[dist]'"

@@ -1,5 +1,2 @@
-"""The Ray env pool tests share one real two-node cluster (see tests/ray_cluster.py)."""
-
-from tests.ray_cluster import ray_cluster
-
-__all__ = ["ray_cluster"]
+"""The Ray env pool tests share one real two-node cluster: the session fixture
+``ray_cluster`` (tests/ray_cluster.py, registered by tests/conftest.py)."""

@@ -8,7 +8,6 @@ import pytest
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 from agentgym_envs.llm.models import load_tokenizer, tiny_llama
-from tests.ray_cluster import ray_cluster  # noqa: F401  (a two-node Ray cluster, on demand)
 
 
 @pytest.fixture(scope="session")
