@@ -135,6 +135,7 @@ class RayEnvPool:
         self.resources = resources
         self.envs_per_actor = envs_per_actor
         self.step_timeout_s = step_timeout_s
+        self.start_timeout_s = start_timeout_s
         self.max_in_flight = max_in_flight or n
         self._factory = factory
         self._ray = require_ray()
@@ -490,6 +491,18 @@ class RayEnvPool:
         actor.generation += 1
         actor.restarts += 1
         self._start(a)
+        # wait for the new actor to be placed and to build its envs, so that its start
+        # never counts against the step timeout of the next call on it
+        ready, _ = self._ray.wait(
+            [actor.handle.ping.remote()], timeout=self.start_timeout_s, fetch_local=False
+        )
+        if not ready:
+            logger.warning(
+                "env actor %d did not start again within start_timeout_s=%g; its next calls "
+                "may end as env errors",
+                a,
+                self.start_timeout_s,
+            )
         from agentgym_envs.core.scratch import reap_stale
 
         reap_stale()  # a killed actor on this node ran no cleanup

@@ -19,6 +19,10 @@ ENV_ID = "tests.distributed.sleepy:agentgym-test/SleepySokoban-v0"
 
 
 class SleepySokobanEnv(SokobanEnv):
+    def __init__(self, build_s: float = 0.0, **kwargs: Any) -> None:
+        time.sleep(build_s)  # a slow env to build (a browser, a big repo)
+        super().__init__(**kwargs)
+
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if action == "hang":
             time.sleep(3600)

@@ -274,6 +274,19 @@ def test_an_actor_that_exits_mid_step_and_one_that_hangs(ray_cluster: LocalClust
             assert not p.step(i, 'move(direction="left")').crashed
 
 
+def test_a_restarted_actor_slower_to_build_than_the_step_timeout(
+    ray_cluster: LocalCluster,
+) -> None:
+    """Building the replacement actor's env takes longer than step_timeout_s: its start
+    is not counted against the next call, which plays normally."""
+    with RayEnvPool(sleepy.ENV_ID, 1, {"build_s": 2.5}, resources=SMALL, step_timeout_s=2.0) as p:
+        p.reset(0, seed=1)
+        assert p.step(0, "die").code is CrashCode.ACTOR_DIED
+        assert p.restarts == 1
+        assert not p.reset(0, seed=2).crashed
+        assert not p.step(0, 'move(direction="left")').crashed
+
+
 def test_backpressure_bounds_the_calls_in_flight(ray_cluster: LocalCluster) -> None:
     with RayEnvPool(SOKOBAN, 3, envs_per_actor=3, resources=SMALL, max_in_flight=1) as p:
         seen = []
