@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -171,15 +172,22 @@ GGUF_SPECIAL_TOKENS = {
 
 def gguf_special_token_ids(path: Path) -> dict[str, int]:
     """Return the special-token ids (``{"bos": 1, "eos": 2, ...}``) a GGUF file declares."""
+    stat = path.stat()
+    return dict(_gguf_special_token_ids(str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_special_token_ids(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, int], ...]:
+    """Reading a GGUF file's metadata takes seconds: once per file version."""
     import gguf  # the "train" extra; only GGUF loading needs it
 
-    reader = gguf.GGUFReader(str(path))
+    reader = gguf.GGUFReader(path)
     ids: dict[str, int] = {}
     for role, key in GGUF_SPECIAL_TOKENS.items():
         field = reader.fields.get(key)
         if field is not None and field.data:
             ids[role] = int(field.parts[field.data[0]][0])
-    return ids
+    return tuple(ids.items())
 
 
 def _gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
