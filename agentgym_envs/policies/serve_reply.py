@@ -36,6 +36,23 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
+def _extras(
+    token_ids: Sequence[int] | None = None,
+    prompt_ids: Sequence[int] | None = None,
+    weights_version: int | None = None,
+) -> dict[str, Any]:
+    """The vLLM-style fields a reply carries only when asked: ``token_ids``,
+    ``prompt_token_ids`` and ``weights_version``."""
+    out: dict[str, Any] = {}
+    if token_ids is not None:
+        out["token_ids"] = list(token_ids)
+    if prompt_ids is not None:
+        out["prompt_token_ids"] = list(prompt_ids)
+    if weights_version is not None:
+        out["weights_version"] = weights_version
+    return out
+
+
 def tool_calls(text: str, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
     """The OpenAI ``tool_calls`` a text holds (arguments as JSON strings), else None."""
     calls = parse_tool_calls(text, tools) if tools else None
@@ -126,11 +143,7 @@ def chat_choice(
         "finish_reason": finish,
         "logprobs": logprobs,
     }
-    if token_ids is not None:
-        choice["token_ids"] = list(token_ids)
-    if weights_version is not None:
-        choice["weights_version"] = weights_version
-    return choice
+    return {**choice, **_extras(token_ids, weights_version=weights_version)}
 
 
 def chat_body(
@@ -152,11 +165,7 @@ def chat_body(
         "choices": choices,
         "usage": usage(*tokens),
     }
-    if prompt_ids is not None:
-        body["prompt_token_ids"] = list(prompt_ids)
-    if weights_version is not None:
-        body["weights_version"] = weights_version
-    return body
+    return {**body, **_extras(prompt_ids=prompt_ids, weights_version=weights_version)}
 
 
 def text_choice(
@@ -176,13 +185,7 @@ def text_choice(
         "logprobs": logprobs,
         "finish_reason": finish,
     }
-    if token_ids is not None:
-        choice["token_ids"] = list(token_ids)
-    if prompt_ids is not None:
-        choice["prompt_token_ids"] = list(prompt_ids)
-    if weights_version is not None:
-        choice["weights_version"] = weights_version
-    return choice
+    return {**choice, **_extras(token_ids, prompt_ids, weights_version)}
 
 
 def text_body(
@@ -231,7 +234,7 @@ class Chunks:
     ) -> dict[str, Any]:
         """A chunk with these choices (and extra top-level fields); ``weights_version``:
         the version of the weights that sampled what the chunk carries."""
-        version = {} if weights_version is None else {"weights_version": weights_version}
+        version = _extras(weights_version=weights_version)
         return {**self._head, **version, "choices": choices, **extra}
 
     def usage(self, tokens: tuple[int, int]) -> dict[str, Any]:
@@ -255,11 +258,7 @@ def chat_delta(
         "logprobs": logprobs,
         "finish_reason": finish,
     }
-    if token_ids is not None:
-        choice["token_ids"] = list(token_ids)
-    if weights_version is not None:
-        choice["weights_version"] = weights_version
-    return choice
+    return {**choice, **_extras(token_ids, weights_version=weights_version)}
 
 
 def stream_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
