@@ -36,6 +36,15 @@ Blocked writes (``rule_mode="block"``): a write a gate blocks changes nothing, b
 fails the request it was made for, as a wrong answer does, so blocked writes are never
 a free way to try candidates until one passes. A blocked read only shows the gate's
 reason and the episode goes on.
+
+Step checks (``core.step_checks``, ``local_weight > 0``): the generic ones only. "The
+right tool for the state" (a write before authenticating, before the user confirmed it,
+or with an id no read returned) is what the rule gates ``auth-first``,
+``confirm-writes`` and ``no-invented-ids`` judge before the call: a blocked call reads
+``no_violation`` -1, a stopped one settles the return at ``hard_fail``, so a check of its
+own would charge the same call twice. A read before a write is not asked for on its own:
+an answer or refusal counts only if its record was read (above), which the verdict and
+the milestones already pay for.
 """
 
 from __future__ import annotations

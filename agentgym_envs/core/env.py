@@ -210,7 +210,7 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         self._versions: VersionsInfo = {
             "env": self._env_version(),
             "tools": self.toolset.fingerprint,
-            "reward": self.reward_config.version_tag,
+            "reward": self.reward_version(),
             "verifier": self.verifier_version,
             "task_set": self.task_set.version,
         }

@@ -19,6 +19,12 @@ Checks must not be farmable, so the core (not the env) decides what pays, by kin
 Nothing but progress pays a positive score, and each check's episode total is bounded,
 so :meth:`~agentgym_envs.core.rewards.RewardConfig.check_local` can bound λ at reset
 from the step budget and the checks' bounds, as it bounds milestones.
+
+Versions: with λ > 0, ``info["versions"]["reward"]`` ends with ``+checks<N>`` where an
+env reads checks of its own (``StepCheckHooks.step_checks_version``, bumped whenever
+one of them changes); with λ = 0 the checks pay nothing and the version is unchanged.
+
+The checks of each family and why some are left out are in the README (Rewards).
 """
 
 from __future__ import annotations
@@ -27,11 +33,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import ErrorCode, Outcome, ToolStatus
-from agentgym_envs.core.rewards import step_reward
+from agentgym_envs.core.rewards import RewardConfig, step_reward
 
 if TYPE_CHECKING:
     from agentgym_envs.core.calls import Turn
@@ -138,6 +144,17 @@ class StepCheckHooks:
     by overriding both hooks and keeping the names it does not replace.
     """
 
+    #: the version of the env's own checks, in ``versions["reward"]`` when λ > 0 (bump
+    #: it when one changes); "" while the env reads the generic checks only
+    step_checks_version: ClassVar[str] = ""
+
+    def reward_version(self) -> str:
+        """``info["versions"]["reward"]``: the reward config's tag, then ``+checks<N>``
+        when local scores are on and the env reads checks of its own."""
+        config: RewardConfig = getattr(self, "reward_config")  # noqa: B009  (a mixin)
+        own = config.local_weight and self.step_checks_version
+        return config.version_tag + (f"+checks{self.step_checks_version}" if own else "")
+
     def step_check_specs(self) -> Sequence[StepCheckSpec]:
         """The checks this env reads for the current task (names unique)."""
         return GENERIC_SPECS
@@ -156,6 +173,9 @@ class StepCheckHooks:
 
 
 IRREVERSIBLE = StepCheckSpec("no_irreversible_error", CheckKind.SETBACK, 1.0)
+# an action the state made pointless (a move into a wall): a quarter of a schema error,
+# since it costs a step already; never a positive score, so it cannot be farmed
+WASTED = StepCheckSpec("no_wasted_action", CheckKind.PENALTY, 0.25, episode_cap=1.0)
 
 
 def refined(base: Sequence[StepCheck], *own: StepCheck) -> tuple[StepCheck, ...]:
@@ -277,6 +297,7 @@ def _specs(env: Any) -> dict[str, StepCheckSpec]:
 __all__ = [
     "GENERIC_SPECS",
     "IRREVERSIBLE",
+    "WASTED",
     "CheckKind",
     "StepCheck",
     "StepCheckHooks",

@@ -18,12 +18,14 @@ from agentgym_envs.core import (
     ToolCall,
     ToolKind,
     ToolResult,
+    ToolStatus,
     tool,
 )
 from agentgym_envs.core.errors import did_you_mean
 from agentgym_envs.core.step_checks import (
     GENERIC_SPECS,
     IRREVERSIBLE,
+    WASTED,
     StepCheck,
     StepCheckSpec,
     StepFacts,
@@ -134,6 +136,7 @@ class DungeonEnv(AgentEnv):
 
     name = "Dungeon"
     family = "games"
+    step_checks_version = "1"  # progress, no_irreversible_error, no_wasted_action
     version = "0"
     verifier_version = "1"
     task_file = "games/dungeon.jsonl"
@@ -334,13 +337,17 @@ class DungeonEnv(AgentEnv):
         return self._room == w.goal_room or bool(self._held >> w.goal & 1)
 
     def step_check_specs(self) -> Sequence[StepCheckSpec]:
-        return (*GENERIC_SPECS, IRREVERSIBLE)
+        return (*GENERIC_SPECS, IRREVERSIBLE, WASTED)
 
     def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
-        """The core's checks (``progress``: the milestone share: keys, doors, goal room)
-        and ``no_irreversible_error``: -1 after a fall into a pit or a cursed item used."""
+        """The core's checks (``progress``: the milestone share: keys, doors, goal room),
+        ``no_irreversible_error``: -1 after a fall into a pit or a cursed item used, and
+        ``no_wasted_action``: -0.25 for a call the state made fail (``no_exit``, ``locked``,
+        ``not_held``...: the world is unchanged, and the room and inventory showed why)."""
         irreversible = StepCheck("no_irreversible_error", 0.0 if self._status == ALIVE else -1.0)
-        return refined(super().step_checks(facts), irreversible)
+        failed = ToolStatus.ERROR in facts.statuses
+        wasted = StepCheck("no_wasted_action", -WASTED.max_score if failed else 0.0)
+        return refined(super().step_checks(facts), irreversible, wasted)
 
     # -- oracle and generation ----------------------------------------------------------
 

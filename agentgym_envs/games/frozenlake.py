@@ -14,6 +14,7 @@ from agentgym_envs.core import AgentEnv, ConfigError, Milestone, Task, ToolResul
 from agentgym_envs.core.step_checks import (
     GENERIC_SPECS,
     IRREVERSIBLE,
+    WASTED,
     StepCheck,
     StepCheckSpec,
     StepFacts,
@@ -238,6 +239,7 @@ class FrozenLakeEnv(AgentEnv):
     family = "games"
     version = "0"
     verifier_version = "1"
+    step_checks_version = "1"  # progress, no_irreversible_error, no_wasted_action
     task_file = "games/frozenlake.jsonl"
     example_action = move_call("up")
     max_observation_chars = 2048
@@ -266,6 +268,7 @@ class FrozenLakeEnv(AgentEnv):
         super().__init__(**kwargs)
         self._lake: Lake | None = None
         self._cell = 0
+        self._wasted_at = -1  # the step whose move hit the edge (no_wasted_action)
 
     def variant(self) -> str:
         if not self.is_slippery:
@@ -290,6 +293,8 @@ class FrozenLakeEnv(AgentEnv):
                 went = SIDEWAYS[direction][draw >= self._slide_split]
         to = lake.neighbour[self._cell][went]
         bumped = to == self._cell
+        if bumped and went == direction:  # the policy's choice, not a slide
+            self._wasted_at = self.steps_taken
         self._cell = to
         where = lake.label[to]
         if went == direction:
@@ -306,12 +311,14 @@ class FrozenLakeEnv(AgentEnv):
     def _load_task(self, task: Task) -> None:
         self._lake = parse_lake(tuple(task.spec["rows"]))
         self._cell = self._lake.start
+        self._wasted_at = -1
 
     def _get_world(self) -> int:
         return self._cell
 
     def _set_world(self, world: int) -> None:
         self._cell = world
+        self._wasted_at = -1  # a restored branch: its next step is not the one marked
 
     def render_view(self) -> str:
         assert self._lake is not None
@@ -362,20 +369,28 @@ class FrozenLakeEnv(AgentEnv):
         return lake.distance[self._cell] <= limit
 
     def step_check_specs(self) -> Sequence[StepCheckSpec]:
-        return (*GENERIC_SPECS, IRREVERSIBLE)
+        # on slippery ice a move into the edge is a strategy (it stays or slides sideways,
+        # never the opposite way), so only firm ice has no_wasted_action
+        if self.is_slippery:
+            return (*GENERIC_SPECS, IRREVERSIBLE)
+        return (*GENERIC_SPECS, IRREVERSIBLE, WASTED)
 
     def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
         """``progress``: the share of the start's distance to the goal covered (a new best
-        pays); ``no_irreversible_error``: -1 in a hole."""
+        pays); ``no_irreversible_error``: -1 in a hole; ``no_wasted_action`` (firm ice):
+        -0.25 for a move into the lake's edge."""
         lake = self._lake
         assert lake is not None
         far, here = lake.distance[lake.start], lake.distance[self._cell]
         closer = 0.0 if math.isinf(here) else max(0.0, 1.0 - here / far)
-        return refined(
-            super().step_checks(facts),
+        own = [
             StepCheck("progress", closer),
             StepCheck("no_irreversible_error", -1.0 if self._cell in lake.holes else 0.0),
-        )
+        ]
+        if not self.is_slippery:
+            wasted = self._wasted_at == self.steps_taken
+            own.append(StepCheck("no_wasted_action", -WASTED.max_score if wasted else 0.0))
+        return refined(super().step_checks(facts), *own)
 
     # -- oracle and generation ----------------------------------------------------------
 

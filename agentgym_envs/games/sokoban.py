@@ -12,6 +12,7 @@ from agentgym_envs.core import AgentEnv, Milestone, Task, ToolResult, tool
 from agentgym_envs.core.step_checks import (
     GENERIC_SPECS,
     IRREVERSIBLE,
+    WASTED,
     StepCheck,
     StepCheckSpec,
     StepFacts,
@@ -72,6 +73,7 @@ class SokobanEnv(AgentEnv):
     family = "games"
     version = "0"
     verifier_version = "1"
+    step_checks_version = "1"  # progress, no_irreversible_error, no_wasted_action
     task_file = "games/sokoban.jsonl"
     example_action = move_call("up")
     max_observation_chars = 2048
@@ -85,6 +87,7 @@ class SokobanEnv(AgentEnv):
         self._player = 0
         self._boxes: set[int] = set()
         self._start_boxes: tuple[int, ...] = ()
+        self._wasted_at = -1  # the step whose move changed nothing (no_wasted_action)
 
     # -- tools ------------------------------------------------------------------------
 
@@ -98,10 +101,12 @@ class SokobanEnv(AgentEnv):
         d = self._deltas[direction]
         to = self._player + d
         if to not in layout.floor:
+            self._wasted_at = self.steps_taken
             return ToolResult(f"You bump into a wall moving {direction}.")
         if to in self._boxes:
             beyond = to + d
             if beyond not in layout.floor or beyond in self._boxes:
+                self._wasted_at = self.steps_taken
                 return ToolResult(f"The box {direction} of you does not move.")
             self._boxes.remove(to)
             self._boxes.add(beyond)
@@ -120,6 +125,7 @@ class SokobanEnv(AgentEnv):
         self._player = player
         self._boxes = set(boxes)
         self._start_boxes = tuple(boxes)  # the progress step check measures from here
+        self._wasted_at = -1
 
     def _get_world(self) -> tuple[int, tuple[int, ...]]:
         return (self._player, tuple(sorted(self._boxes)))
@@ -127,6 +133,7 @@ class SokobanEnv(AgentEnv):
     def _set_world(self, world: tuple[int, tuple[int, ...]]) -> None:
         self._player, boxes = world
         self._boxes = set(boxes)
+        self._wasted_at = -1  # a restored branch: its next step is not the one marked
 
     def render_view(self) -> str:
         assert self._layout is not None
@@ -168,11 +175,12 @@ class SokobanEnv(AgentEnv):
         return len(self._boxes & targets) >= k
 
     def step_check_specs(self) -> Sequence[StepCheckSpec]:
-        return (*GENERIC_SPECS, IRREVERSIBLE)
+        return (*GENERIC_SPECS, IRREVERSIBLE, WASTED)
 
     def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
         """``progress``: the share of the boxes' initial push distance to targets covered
-        (a new best pays); ``no_irreversible_error``: -1 once a box is on a dead square."""
+        (a new best pays); ``no_irreversible_error``: -1 once a box is on a dead square;
+        ``no_wasted_action``: -0.25 for a move into a wall or a box that cannot move."""
         layout = self._layout
         assert layout is not None
         far = sum(layout.target_distance[b] for b in self._start_boxes) or 1
@@ -183,7 +191,11 @@ class SokobanEnv(AgentEnv):
             super().step_checks(facts),
             StepCheck("progress", closer),
             StepCheck("no_irreversible_error", -1.0 if dead else 0.0),
+            StepCheck("no_wasted_action", self._wasted_score()),
         )
+
+    def _wasted_score(self) -> float:
+        return -WASTED.max_score if self._wasted_at == self.steps_taken else 0.0
 
     # -- oracle and generation ----------------------------------------------------------
 

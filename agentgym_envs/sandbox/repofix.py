@@ -21,6 +21,13 @@ from agentgym_envs.core import (
 )
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.scratch import remove_tree
+from agentgym_envs.core.step_checks import (
+    GENERIC_SPECS,
+    StepCheck,
+    StepCheckSpec,
+    StepFacts,
+    refined,
+)
 from agentgym_envs.sandbox import repofix_tasks as tasks
 from agentgym_envs.sandbox.backends import (
     Backend,
@@ -30,6 +37,7 @@ from agentgym_envs.sandbox.backends import (
     SandboxError,
     make_backend,
 )
+from agentgym_envs.sandbox.repofix_checks import TESTS_PASSING, VisibleTests
 from agentgym_envs.sandbox.repofix_gates import (
     CommandEffectsGate,
     NetworkGate,
@@ -175,7 +183,10 @@ class RepoFixEnv(AgentEnv):
 
     Rewards:
         Layered: success, milestone progress, costs per tool (reads 0.2, edits 0.5,
-        commands and test runs 1, submit 1); a safety stop returns ``hard_fail``.
+        commands and test runs 1, submit 1); a safety stop returns ``hard_fail``. With
+        ``local_weight`` > 0 the step check ``tests_passing`` adds the share of the
+        failing visible tests a ``run_tests`` call finds fixed, measured by the env's own
+        canary-guarded run (``repofix_checks``).
 
     Termination:
         ``submit()`` applies the workspace diff (protected files left out) to a fresh
@@ -210,6 +221,7 @@ class RepoFixEnv(AgentEnv):
     family = "sandbox"
     version = "1"
     verifier_version = "4"  # + plugin guard, canaries copied from every hidden test
+    step_checks_version = "1"  # tests_passing (repofix_checks)
     task_file = "sandbox/repofix.jsonl"
     task_counts = tasks.TASK_COUNTS
     conformance_episodes = 5  # per difficulty: each runs the hidden tests
@@ -242,6 +254,7 @@ class RepoFixEnv(AgentEnv):
         self.effect_gates.append(CommandEffectsGate())
         self.spaces = WorkspaceManager()
         self.runner = TestRunner(self.backend, self.limits)
+        self.visible = VisibleTests(self.spaces, self.runner)  # the tests_passing check
         self.workspace: Path | None = None
         self._template: Path | None = None
         self._initial: dict[str, str] = {}
@@ -443,8 +456,15 @@ class RepoFixEnv(AgentEnv):
         if run.failing and run.consistent and self._may_reproduce():
             self.progress.reproduced = True
         collects = not run.collect_errors and run.outcomes and run.consistent
-        if collects and self._code_changed() and not self._tampering():
+        eligible = self._code_changed() and not self._tampering()
+        if collects and eligible:
             self.progress.collects = True
+        if self.reward_config.local_weight:  # tests_passing: the env's own run, not this one
+            spec = self.task.spec
+            assert self._template is not None
+            self.visible.measure(
+                self.task.id, spec["repo"], self._template, self.changes(), eligible=eligible
+            )
         return ToolResult(_format(run.result), data={"failing": run.failing})
 
     @tool("Submit the fix for grading by the hidden tests.", kind=ToolKind.WRITE)
@@ -659,6 +679,15 @@ class RepoFixEnv(AgentEnv):
 
     def _goal_reached(self) -> bool:
         return bool(self.progress.verdict)
+
+    def step_check_specs(self) -> Sequence[StepCheckSpec]:
+        return (*GENERIC_SPECS, TESTS_PASSING)
+
+    def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
+        """The core's checks and ``tests_passing``: the level ``run_tests`` measured for
+        the code as it is now (0 when it never measured it)."""
+        level = self.visible.level(self.task.id, self.changes())
+        return refined(super().step_checks(facts), StepCheck("tests_passing", level))
 
     def _dead_end(self) -> str | None:
         if self.progress.final and not self.progress.verdict:

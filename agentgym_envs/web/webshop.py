@@ -23,6 +23,15 @@ from agentgym_envs.core import (
     tool,
 )
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.step_checks import (
+    GENERIC_SPECS,
+    IRREVERSIBLE,
+    CheckKind,
+    StepCheck,
+    StepCheckSpec,
+    StepFacts,
+    refined,
+)
 from agentgym_envs.web import webshop_tasks as tasks
 from agentgym_envs.web.browser import BrowserCrashed, BrowserDriver, shared_driver
 from agentgym_envs.web.site import TENANT_COOKIE, SiteServer, pages
@@ -40,6 +49,8 @@ BID = {
     "pattern": "^[1-9][0-9]{0,8}$",
     "description": "the element's [bid], e.g. 12 (or '12')",
 }
+# the buy goal's attributes matched by the cart's best line (webshop_tasks.cart_match)
+CART_MATCH = StepCheckSpec("cart_match", CheckKind.PROGRESS, 1.0)
 _DEAD = re.compile(r"(Target|Browser|Context).*(closed|crashed)|has been closed|crash", re.I)
 
 
@@ -259,7 +270,15 @@ class WebShopEnv(AgentEnv):
         and an episode with one is never graded a success.
 
     Rewards:
-        Layered: success, milestone progress, small costs per action.
+        Layered: success, milestone progress, small costs per action. With
+        ``local_weight`` > 0, step checks read the shop's database (never page text):
+        ``cart_match`` (buy tasks: the share of the goal's attributes, such as colour,
+        size, brand, price bound and quantity 1, that the cart's best line matches; a new
+        best pays) and ``no_irreversible_error`` (-1, once: a change the task does not
+        allow, or an order that does not match it; both end the episode). Breaking a
+        constraint a gate guards (the payment method, the site's boundary) is the generic
+        ``no_violation``; a per-step constraint penalty would add nothing, since every
+        other broken constraint ends the episode.
 
     Termination:
         Success when the goal predicate holds with no changed row or column outside
@@ -278,6 +297,7 @@ class WebShopEnv(AgentEnv):
     family = "web"
     version = "2"  # 2: a bid may be a string of digits, click('4'), as in BrowserGym
     verifier_version = "2"  # 2: row-level collateral damage; forbidden requests never graded
+    step_checks_version = "1"  # cart_match, no_irreversible_error
     task_file = "web/webshop.jsonl"
     task_counts = tasks.TASK_COUNTS
     conformance_episodes = 10  # per difficulty: each drives the browser
@@ -545,6 +565,26 @@ class WebShopEnv(AgentEnv):
         spec = self._task.spec
         conn = self._conn()
         return not tasks.collateral(conn, spec) and tasks.goal(conn, spec, self._answer)
+
+    def step_check_specs(self) -> Sequence[StepCheckSpec]:
+        if tasks.template_of(self.task.spec) is tasks.Template.BUY:
+            return (*GENERIC_SPECS, CART_MATCH, IRREVERSIBLE)
+        return (*GENERIC_SPECS, IRREVERSIBLE)
+
+    def step_checks(self, facts: StepFacts) -> Sequence[StepCheck]:
+        """The core's checks, ``cart_match`` on buy tasks and ``no_irreversible_error``,
+        all read from the episode's database (class docstring, Rewards)."""
+        task = self.task
+        spec, conn = task.spec, self._conn()
+        buy = tasks.template_of(spec) is tasks.Template.BUY
+        wrong_order = (
+            buy and tasks.placed_orders(conn, spec) > 0 and not tasks.goal(conn, spec, None)
+        )
+        broken = wrong_order or bool(tasks.collateral(conn, spec))
+        own = [StepCheck("no_irreversible_error", -1.0 if broken else 0.0)]
+        if buy:
+            own.append(StepCheck("cart_match", tasks.cart_match(conn, spec, task.difficulty)))
+        return refined(super().step_checks(facts), *own)
 
     def _dead_end(self) -> str | None:
         assert self._task is not None

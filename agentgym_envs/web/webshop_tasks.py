@@ -462,6 +462,49 @@ def placed_orders(conn: sqlite3.Connection, spec: Mapping[str, Any]) -> int:
     return len(placed(conn, spec))
 
 
+# What a buy task's instruction asks of the item, per difficulty (``_gen_buy``): easy
+# names the product and option, medium a colour, brand, category and price bound, hard a
+# colour, category, size, price bound and least rating; every one asks for quantity 1.
+BUY_ATTRIBUTES = {
+    "easy": ("product", "color", "size", "qty"),
+    "medium": ("color", "brand", "category", "price", "qty"),
+    "hard": ("color", "category", "size", "price", "rating", "qty"),
+}
+_ITEM = "v.color, v.size, v.price_cents, p.id AS product, p.brand, p.category, p.rating"
+_CART_SQL = (
+    f"SELECT c.qty, {_ITEM} FROM cart_items c JOIN variants v ON v.id = c.variant_id "
+    "JOIN products p ON p.id = v.product_id"
+)
+_TARGET_SQL = (
+    f"SELECT {_ITEM} FROM variants v JOIN products p ON p.id = v.product_id WHERE v.id = ?"
+)
+
+
+def cart_match(conn: sqlite3.Connection, spec: Mapping[str, Any], difficulty: str) -> float:
+    """For a buy task: the share of the goal's attributes (``BUY_ATTRIBUTES``) that the
+    best line of the cart matches, read from the episode's database (0 with an empty
+    cart or for another template). The target variant is the only one matching them all
+    (the generator keeps only such tasks), so 1 means exactly the goal's line."""
+    if template_of(spec) is not Template.BUY:
+        return 0.0
+    target = _world(spec["world"]).execute(_TARGET_SQL, (spec["variant"],)).fetchone()
+    wanted = BUY_ATTRIBUTES[difficulty]
+    best = 0.0
+    for line in conn.execute(_CART_SQL).fetchall():
+        met = {
+            "product": line["product"] == target["product"],
+            "color": line["color"] == target["color"],
+            "size": line["size"] == target["size"],
+            "brand": line["brand"] == target["brand"],
+            "category": line["category"] == target["category"],
+            "price": line["price_cents"] <= target["price_cents"],
+            "rating": line["rating"] >= target["rating"],
+            "qty": line["qty"] == 1,
+        }
+        best = max(best, sum(met[a] for a in wanted) / len(wanted))
+    return best
+
+
 def _seen(prefix: str) -> Callable[[sqlite3.Connection, tuple[str, ...]], bool]:
     """A predicate: some page visited in the episode starts with ``prefix``."""
 

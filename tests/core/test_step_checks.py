@@ -251,7 +251,7 @@ def test_a_success_after_schema_errors_stays_within_step_bounds() -> None:
 def test_a_safety_stop_after_local_progress_stays_within_step_bounds() -> None:
     # the tally of an episode that reached 90% of its milestone weight (Dungeon: keys,
     # doors) and was paid its generic `progress` check (the same share) at λ = 0.06,
-    # below the bound for the games' checks (0.75 / 11): the next step walks into a pit
+    # below the bound for the games' checks (0.75 / 12): the next step walks into a pit
     # that trap_gate="stop" guards
     config = RewardConfig(local_weight=0.06)
     share = 0.9

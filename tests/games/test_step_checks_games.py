@@ -66,3 +66,58 @@ def test_dungeon_blocked_pit_is_a_violation_and_schema_errors_are_charged() -> N
     *_, info = env.step("fly(away=True)")
     assert info["step_checks"]["schema_valid"] == -1.0
     env.close()
+
+
+# no_wasted_action: a move the state made pointless (issue 18, "the right tool for the state")
+
+
+def test_frozenlake_move_into_the_edge_is_wasted_only_on_firm_ice() -> None:
+    env = lake_env(["SF", "FG"], reward_config=LOCAL)
+    *_, info = env.step('move(direction="up")')  # the edge: nothing changes
+    assert info["step_checks"]["no_wasted_action"] == -0.25
+    *_, info = env.step('move(direction="right")')
+    assert info["step_checks"]["no_wasted_action"] == 0.0
+    assert info["versions"]["reward"].endswith("+local0.01+checks1")
+    env.close()
+    slippery = lake_env(["SF", "FG"], reward_config=LOCAL, is_slippery=True)
+    # on slippery ice pushing into the edge is how one avoids sliding: no such check
+    assert "no_wasted_action" not in [s.name for s in slippery.step_check_specs()]
+    *_, info = slippery.step('move(direction="up")')
+    assert "no_wasted_action" not in info["step_checks"]
+    slippery.close()
+
+
+def test_sokoban_bumps_are_charged_up_to_the_cap_and_a_snapshot_does_not_carry_them() -> None:
+    env = gym.make("agentgym/Sokoban-v0", reward_config=LOCAL)
+    env.reset(seed=4)
+    sok = env.unwrapped
+    floor, player = sok._layout.floor, sok._player
+    wall = next(d for d in ("up", "down", "left", "right") if player + sok._deltas[d] not in floor)
+    before = sok.get_state()
+    *_, info = env.step(f'move(direction="{wall}")')
+    assert info["step_checks"]["no_wasted_action"] == -0.25
+    sok.set_state(before)  # a branch from before the bump: its step 1 is a real move
+    *_, info = env.step(sok.oracle().act())
+    assert info["step_checks"]["no_wasted_action"] == 0.0
+    sok.set_state(before)
+    charged = []
+    for _ in range(6):
+        *_, info = env.step(f'move(direction="{wall}")')
+        charged.append(info["step_checks"]["no_wasted_action"])
+    assert charged == [-0.25] * 4 + [0.0] * 2  # episode_cap 1.0
+    env.close()
+
+
+def test_dungeon_a_call_the_room_refuses_is_wasted() -> None:
+    task = find_task(lambda t: True)
+    env = gym.make("agentgym/Dungeon-v0", reward_config=LOCAL)
+    start(env, task)
+    dungeon = env.unwrapped
+    exits = dungeon._world.exits[dungeon._room]
+    blocked = next(d for d in ("north", "south", "east", "west") if d not in exits)
+    *_, info = env.step(f'go(direction="{blocked}")')
+    assert info["error"]["code"] == "no_exit"
+    assert info["step_checks"]["no_wasted_action"] == -0.25
+    *_, info = env.step("look()")
+    assert info["step_checks"]["no_wasted_action"] == 0.0
+    env.close()
