@@ -22,14 +22,28 @@ weights to the worker (a broadcast), which loads them at its next turn boundary.
 5. failures: an env that raises and a generation server that fails
    (:class:`~agentgym_envs.llm.http_generator.GenerationServerError`) end their
    episodes as ``env_error`` (masked, never a negative reward); a crash of the worker
-   itself is raised in the learner as :class:`RolloutWorkerError`, and a worker that
-   delivers nothing for ``async_timeout_s`` as :class:`RolloutTimeoutError`.
+   itself (its thread, or the Ray actor's process) is raised in the learner as
+   :class:`RolloutWorkerError`, and a worker that delivers nothing for
+   ``async_timeout_s`` as :class:`RolloutTimeoutError`.
 
 The seam: the learner talks to a :class:`RolloutWorker` (submit jobs, push weights,
-take finished groups) and pushes plain data (:class:`PolicyWeights`); the in-process
-:class:`ThreadRolloutWorker` plays with a :class:`SamplingPolicy` in a background
-thread. A worker on a Ray actor or behind a generation server implements the same
-three calls.
+take finished groups) and pushes plain data (:class:`PolicyWeights`). Two workers ship
+(``--rollout-worker``, :func:`make_worker`):
+
+* ``thread``: the in-process :class:`ThreadRolloutWorker` plays with a
+  :class:`SamplingPolicy` (a copy of the learner's model on its device) in a
+  background thread; a push hands it the new state dict;
+* ``ray``: :class:`~agentgym_trainers.ray_rollout.RayRolloutWorker` runs the same
+  thread worker inside a Ray actor, with a CPU copy of the policy built from the run's
+  config; a push puts the state dict in Ray's object store once and returns when the
+  actor holds it.
+
+Either way the weights are loaded between generation calls, never mid-turn. A worker
+that samples from an external generation server
+(:class:`~agentgym_envs.llm.http_generator.HttpGenerator`) is its
+:class:`SamplingPolicy`'s ``load`` to write: this module pushes weights to the worker,
+not to a server (``agentgym serve`` loads a saved folder with ``load_weights``; a vLLM
+or SGLang server must be reloaded by the user, see docs/generation.md).
 """
 
 from __future__ import annotations
@@ -411,6 +425,16 @@ def local_worker(trainer: Trainer) -> ThreadRolloutWorker:
     return ThreadRolloutWorker(trainer.make_runner, LocalPolicy(sampler))
 
 
+def make_worker(trainer: Trainer) -> RolloutWorker:
+    """The rollout worker ``--rollout-worker`` names: :func:`local_worker` (``thread``)
+    or a :class:`~agentgym_trainers.ray_rollout.RayRolloutWorker` (``ray``)."""
+    if trainer.cfg.rollout.rollout_worker == "ray":
+        from agentgym_trainers.ray_rollout import ray_worker  # ray only when asked for
+
+        return ray_worker(trainer)
+    return local_worker(trainer)
+
+
 class AsyncRollouts:
     """The learner's side: hands the worker jobs, takes finished groups, pushes weights.
 
@@ -419,18 +443,22 @@ class AsyncRollouts:
 
     Args:
         trainer: the learner.
-        worker: the rollout worker (default: :func:`local_worker`).
+        worker: the rollout worker (default: :func:`make_worker`).
     """
 
     def __init__(self, trainer: Trainer, worker: RolloutWorker | None = None) -> None:
         self.trainer = trainer
         self.max_lag = trainer.cfg.optim.max_lag
-        self.worker = worker if worker is not None else local_worker(trainer)
+        self.worker = worker if worker is not None else make_worker(trainer)
         self.next_step = trainer.step  # the generation step whose jobs go out next
         self._seen, self._seen_wait = RolloutStats(), 0.0
-        self.worker.start()
-        for _ in range(self.max_lag + 1):
-            self.submit()
+        try:
+            self.worker.start()
+            for _ in range(self.max_lag + 1):
+                self.submit()
+        except BaseException:  # the trainer never holds this worker: close it here
+            self.worker.close()
+            raise
 
     def submit(self) -> None:
         """Hand out the jobs of the next generation step (group ids unique per run)."""
@@ -493,5 +521,6 @@ __all__ = [
     "fresh_tokens",
     "lag_metrics",
     "local_worker",
+    "make_worker",
     "snapshot",
 ]

@@ -32,11 +32,15 @@ from agentgym_envs.core.errors import ConfigError
 # (this module stays free of torch, so the CLI loads without it);
 # tests/trainers/test_algorithms.py checks that the two agree.
 Algo = Literal["grpo", "rloo", "reinforce", "ppo", "sft"]
+VAL_SPLIT = "val"
+"""The split of the training tasks held out by ``val_tasks`` (recipe selection)."""
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 GROUP_ALGOS = ("grpo", "rloo")
 """Algorithms that compare the rollouts of a group (``needs_group`` in their module)."""
 IMITATION_ALGOS = ("sft",)
 """Algorithms without RL steps (``rl`` is False in their module)."""
+BRANCH_ALGOS = ("grpo", "rloo", "reinforce")
+"""Algorithms that take branch rollouts' credit (``--branch``)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class DataConfig:
     """Smallest relative task weight, so no task is ever excluded."""
     seed: int = 0
     """Seed of task sampling and env seeds."""
+    val_tasks: int = 0
+    """Hold out the last N tasks of the training split from SFT and RL; they form the
+    'val' split (--eval-split val), on which a recipe is chosen before 'test' is read."""
 
 
 @dataclass(frozen=True)
@@ -108,14 +115,20 @@ class RolloutConfig:
     async_timeout_s: float = 600.0
     """With --rollout async: raise if the rollout worker delivers no batch for this long
     (a hung env or generation server), rather than wait forever."""
+    rollout_worker: Literal["thread", "ray"] = "thread"
+    """With --rollout async: where the rollout worker plays. 'thread': a background
+    thread of the learner's process with a copy of the policy on its device. 'ray': a Ray
+    actor (1 CPU, on the cluster of --ray-address; needs the dist extra) with a CPU copy
+    of --model; the learner pushes its weights there after each update. Neither updates
+    an external generation server (see docs/distributed.md)."""
     env_backend: Literal["local", "ray"] = "local"
     """Where the n_envs env slots live: 'local' (in this process) or 'ray' (on the actors
     of a Ray env pool, agentgym_envs.distributed; needs the dist extra). Same episodes for
     the same seeds; an actor that dies or hangs ends its episodes as env_error (masked)
     and is restarted. With --rollout async the rollout worker has a pool of its own."""
     ray_address: str = ""
-    """With --env-backend ray: the Ray cluster to join (host:port; default: $RAY_ADDRESS,
-    else a new local Ray)."""
+    """With --env-backend ray or --rollout-worker ray: the Ray cluster to join
+    (host:port; default: $RAY_ADDRESS, else a new local Ray)."""
     envs_per_actor: int = 1
     """With --env-backend ray: envs hosted by one actor (each on a thread there)."""
 
@@ -157,7 +170,8 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """How returns become advantages: discounts, baselines, GAE and whitening."""
+    """How returns become advantages: discounts, baselines, GAE, whitening and branch
+    rollouts."""
 
     adv_scale: Literal["std", "none"] = "std"
     """GRPO: divide by the group's reward std, or only subtract the mean."""
@@ -171,6 +185,20 @@ class AdvantageConfig:
     """Time-aware discount rate per second of env time: gamma_t = gamma*exp(-rate*dt)."""
     baseline_decay: float = 0.9
     """REINFORCE running-baseline decay."""
+    branch: Literal["none", "every", "entropy", "first_error", "tool", "write"] = "none"
+    """Branch rollouts (per-turn credit, grpo/rloo/reinforce with --rollout sync): at up
+    to branch_max_turns chosen turns of each episode, restore the env snapshot and the
+    context there, sample branch_k - 1 more actions, play each to the end, and give each
+    of the branch_k actions (the original's too) its return from that turn minus their
+    mean. Where: 'every' (any turn, drawn at random), 'entropy' (the turns whose sampled
+    tokens were least likely), 'first_error' (the action of the first policy error or
+    safety gate, else where milestone progress stalled in a failed episode), 'tool'
+    (turns with a tool call), 'write' (turns calling a WRITE tool). Costs env steps and
+    tokens: metrics branch_* (see agentgym_trainers/branching.py)."""
+    branch_k: int = 4
+    """With --branch: actions compared per branch point, the original's included."""
+    branch_max_turns: int = 1
+    """With --branch: branch points per episode at most."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +343,12 @@ class TrainConfig:
             raise ConfigError(f"{self.algo} compares rollouts of a group: set --group-size >= 2")
         if r.max_new_tokens >= r.max_context:
             raise ConfigError("max_new_tokens must be smaller than max_context")
+        if self.data.val_tasks < 0:
+            raise ConfigError(f"val_tasks must be >= 0, got {self.data.val_tasks}")
+        if self.eval.split == VAL_SPLIT and self.data.val_tasks == 0 and self.eval.episodes:
+            raise ConfigError(
+                "--eval-split val evaluates the tasks held out by --val-tasks: set --val-tasks N"
+            )
         if o.target_kl < 0 or o.vf_lr < 0 or self.run.keep_checkpoints < 0:
             raise ConfigError("target_kl, vf_lr and keep_checkpoints must be >= 0")
         if self.objective.kl_in_reward and self.objective.kl_coef <= 0:
@@ -327,17 +361,49 @@ class TrainConfig:
             raise ConfigError(f"envs_per_actor must be >= 1, got {r.envs_per_actor}")
         if not r.async_timeout_s > 0:
             raise ConfigError(f"async_timeout_s must be > 0 seconds, got {r.async_timeout_s}")
+        if r.rollout_worker != "thread" and r.rollout != "async":
+            raise ConfigError(
+                f"--rollout-worker {r.rollout_worker} places the asynchronous rollout worker: "
+                "add --rollout async, or drop --rollout-worker (synchronous rollouts play "
+                "in the learner's process)"
+            )
         if not 0.0 <= a.gamma <= 1.0 or not 0.0 <= a.lam <= 1.0:
             raise ConfigError("gamma and lam must be in [0, 1]")
         if a.time_discount < 0:
             raise ConfigError("time_discount must be >= 0 (a rate per second)")
         if not 0.0 <= a.baseline_decay < 1.0:
             raise ConfigError(f"baseline_decay must be in [0, 1), got {a.baseline_decay}")
+        if a.branch != "none":
+            self._check_branch()
         if self.algo in IMITATION_ALGOS and self.sft.steps < 1:
             raise ConfigError(f"algo {self.algo} needs --sft-steps >= 1")
         from agentgym_trainers.runlog import parse_trackers  # no torch: the CLI stays light
 
         parse_trackers(self.run.log_to)  # a bad name or a missing package fails here
+
+    def _check_branch(self) -> None:
+        a = self.advantage
+        if self.algo not in BRANCH_ALGOS:
+            why = (
+                "ppo credits turns with its critic (GAE)"
+                if self.algo == "ppo"
+                else f"{self.algo} runs no RL steps"
+            )
+            raise ConfigError(
+                f"--branch {a.branch} works with {', '.join(BRANCH_ALGOS)}, not {self.algo} "
+                f"({why}): change --algo or use --branch none"
+            )
+        if self.rollout.rollout != "sync":
+            raise ConfigError(
+                f"--branch {a.branch} plays its branches after the step's episodes, which "
+                "--rollout async does not do yet: use --rollout sync or --branch none"
+            )
+        if a.branch_k < 2 or a.branch_max_turns < 1:
+            raise ConfigError(
+                f"--branch needs --branch-k >= 2 (the original action and at least one "
+                f"branch) and --branch-max-turns >= 1, got {a.branch_k} and "
+                f"{a.branch_max_turns}"
+            )
 
     @classmethod
     def from_flat(cls, **values: Any) -> TrainConfig:

@@ -14,8 +14,12 @@ which two classes satisfy:
 
 Both answer with the pool's :class:`~agentgym_envs.distributed.results.SlotResult`, so a
 crash looks the same wherever the env lives (``crashed``, ``error``, an ``env_error``
-info). Scripted policies that need the live env (the oracle of the SFT warm start)
-run next to it: in-process they get the env, on a pool only :func:`oracle_script` is
+info). Both take and restore snapshots of a slot's episode through the public snapshot
+API (``env.unwrapped.get_state()``/``set_state()``), which branch rollouts use; state
+that wrappers keep outside the env (Gymnasium's ``TimeLimit`` count) is not in it.
+
+Scripted policies that need the live env (the oracle of the SFT warm start) run next to
+it: in-process they get the env, on a pool only :func:`oracle_script` is
 accepted, and it runs in the actor (``RayEnvPool.oracle_act``).
 """
 
@@ -70,6 +74,16 @@ class EnvSlots(Protocol):
         """``script`` bound to slot ``i``'s episode that was just reset."""
         ...
 
+    def get_state(self, i: int) -> Any:
+        """The snapshot of slot ``i``'s episode, or None when the env (or its actor)
+        broke while taking it."""
+        ...
+
+    def set_state(self, i: int, state: Any) -> SlotResult:
+        """Restore a snapshot into slot ``i`` (a reset to that state, ``call`` RESET with
+        no observation), or a crashed result."""
+        ...
+
     def close(self) -> None:
         """Close every env (and the actors hosting them)."""
         ...
@@ -86,6 +100,7 @@ class LocalEnvSlots:
     def __init__(self, make_env: Callable[[], gym.Env[Any, Any]], n: int) -> None:
         self.make_env = make_env
         self.envs = [make_env() for _ in range(n)]
+        self._was_reset = [False] * n
 
     def __len__(self) -> int:
         return len(self.envs)
@@ -96,6 +111,7 @@ class LocalEnvSlots:
             obs, info = self.envs[i].reset(seed=seed, options=opts)
         except Exception as exc:  # an env crash is an env error, never a policy failure
             return self._crashed(i, Call.RESET, exc)
+        self._was_reset[i] = True
         return SlotResult(i, Call.RESET, obs, info=info)
 
     def step_many(self, actions: Sequence[tuple[int, str]]) -> list[SlotResult]:
@@ -103,6 +119,28 @@ class LocalEnvSlots:
 
     def script(self, i: int, script: Script) -> Callable[[], str]:
         return script(self.envs[i])
+
+    def get_state(self, i: int) -> Any:
+        """Raises:
+        ConfigError: the env has no snapshot API (``get_state``/``set_state``)."""
+        inner = snapshot_api(self.envs[i])
+        try:
+            return inner.get_state()
+        except Exception as exc:
+            log.warning("env snapshot failed (slot %d): %r", i, exc)
+            return None
+
+    def set_state(self, i: int, state: Any) -> SlotResult:
+        env = self.envs[i]
+        inner = snapshot_api(env)
+        try:
+            if not self._was_reset[i]:  # wrappers refuse a step before a reset
+                env.reset(seed=0)
+                self._was_reset[i] = True
+            inner.set_state(state)
+        except Exception as exc:
+            return self._crashed(i, Call.RESET, exc)
+        return SlotResult(i, Call.RESET)
 
     def close(self) -> None:
         for env in self.envs:
@@ -122,6 +160,7 @@ class LocalEnvSlots:
             self.envs[i].close()
         finally:
             self.envs[i] = self.make_env()
+            self._was_reset[i] = False
         message = f"{type(exc).__name__}: {exc}"
         return crashed_result(i, call, CrashCode.ENV_EXCEPTION, message)
 
@@ -157,6 +196,23 @@ class PoolEnvSlots:
             )
         return functools.partial(self._oracle_act, i)
 
+    def get_state(self, i: int) -> Any:
+        try:
+            return self.pool.get_state(i)
+        except Exception as exc:  # ActorLost, or the env's own exception from its actor
+            log.warning("env snapshot failed (slot %d): %r", i, exc)
+            return None
+
+    def set_state(self, i: int, state: Any) -> SlotResult:
+        try:
+            self.pool.set_state(i, state)
+        except ActorLost as exc:
+            return crashed_result(i, Call.RESET, CrashCode.EPISODE_LOST, str(exc))
+        except Exception as exc:  # the env's own exception, raised in its actor
+            message = f"{type(exc).__name__}: {exc}"
+            return crashed_result(i, Call.RESET, CrashCode.ENV_EXCEPTION, message)
+        return SlotResult(i, Call.RESET)
+
     def close(self) -> None:
         self.pool.close()
 
@@ -168,6 +224,23 @@ class PoolEnvSlots:
             # crashed (episode_lost), which ends the episode as an env_error
             log.warning("slot %d: the oracle's actor was lost (%s)", i, exc)
             return ""
+
+
+def snapshot_api(env: gym.Env[Any, Any]) -> Any:
+    """``env.unwrapped``, checked to have ``get_state`` and ``set_state``.
+
+    Raises:
+        ConfigError: it has not.
+    """
+    inner = env.unwrapped
+    if not (
+        callable(getattr(inner, "get_state", None)) and callable(getattr(inner, "set_state", None))
+    ):
+        raise ConfigError(
+            f"{type(inner).__name__} has no snapshot API (get_state/set_state), which "
+            "branch rollouts need; add it (see DESIGN.md section 2) or use --branch none"
+        )
+    return inner
 
 
 def make_trainer_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env[Any, Any]:
@@ -221,4 +294,5 @@ __all__ = [
     "make_trainer_env",
     "oracle_script",
     "pool_slots",
+    "snapshot_api",
 ]

@@ -24,10 +24,17 @@ that generation call as ``env_error``, like an env crash: never a policy failure
 The env slots live in this process or on a Ray env pool (``--env-backend ray``;
 :mod:`agentgym_trainers.env_slots`): after each generation call every live slot steps
 at once, so a pool steps them in parallel on its actors.
+
+Branch rollouts (:mod:`agentgym_trainers.branching`) ask :meth:`RolloutRunner.collect`
+for ``checkpoints``: before each turn it keeps a :class:`TurnCheckpoint` (the env's
+snapshot and the policy's context), and a checkpoint given to ``collect`` as a job is
+played on from there.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -78,6 +85,36 @@ class Segment:
     def agent_tokens(self) -> int:
         return sum(self.mask)
 
+    def turn_span(self, k: int) -> tuple[int, int]:
+        """``(first, last)`` token index of the action of ``self.turns[k]``: the run of
+        mask-1 tokens that ends at ``turn_ends[k]`` (an action is never empty, and the
+        template always puts a mask-0 token between two actions)."""
+        last = first = self.turn_ends[k]
+        while first > 0 and self.mask[first - 1]:
+            first -= 1
+        return first, last
+
+
+@dataclass(frozen=True)
+class TurnFacts:
+    """What one step reported, kept per turn for choosing branch points."""
+
+    tools: tuple[str, ...]
+    """The tool calls parsed this step (their canonical names)."""
+    error: bool
+    """A policy error (parse, unknown tool, bad arguments, blocked) or a safety gate fired."""
+    milestones: int
+    """Milestones reached so far."""
+
+    @classmethod
+    def of(cls, info: dict[str, Any]) -> TurnFacts:
+        calls = info.get("tool_calls") or ()
+        return cls(
+            tools=tuple(str(c.get("name", "")) for c in calls),
+            error=bool(info.get("error")) or bool(info.get("safety")),
+            milestones=len(info.get("milestones") or ()),
+        )
+
 
 @dataclass
 class Trajectory:
@@ -106,6 +143,14 @@ class Trajectory:
     tail_ids: list[int] = field(default_factory=list)
     # the weights version that sampled each turn (one per action)
     turn_versions: list[int] = field(default_factory=list)
+    # what each step reported (one per step), for choosing branch points
+    turn_facts: list[TurnFacts] = field(default_factory=list)
+    # collect(checkpoints=True): the checkpoint before each turn (None where the env's
+    # snapshot could not be taken); branching frees them once it has played its branches
+    checkpoints: list[TurnCheckpoint | None] = field(default_factory=list)
+    # branch rollouts: turn -> the continuations played from the checkpoint before it
+    # (each starts with this trajectory's first ``turn`` turns)
+    branches: dict[int, list[Trajectory]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """Plain JSON data for the run's trajectory file (token ids left out)."""
@@ -164,6 +209,64 @@ class _Episode:
     # lengths of the fresh render and of the segment after the last check
     fresh_len: int = 0
     checked_len: int = 0
+    # keep a TurnCheckpoint before each turn (collect(checkpoints=True), not a branch)
+    keep_checkpoints: bool = False
+
+    def fork(self, prompt: int | None) -> _Episode:
+        """A copy that shares nothing mutable with this episode (turn objects and finished
+        segments, which never change, are shared). ``prompt``: the copy's segment is this
+        one's first ``prompt`` tokens; None: it is this very segment, whose first tokens
+        never change (a checkpoint's cheap copy, cut when it is played on)."""
+        seg = self.segment
+        if prompt is not None:
+            n = sum(1 for end in seg.turn_ends if end < prompt)
+            seg = Segment(
+                seg.ids[:prompt],
+                seg.mask[:prompt],
+                seg.logprobs[:prompt],
+                seg.turn_ends[:n],
+                seg.turns[:n],
+            )
+        t = self.traj
+        traj = dataclasses.replace(
+            t,
+            segments=list(t.segments),
+            actions=list(t.actions),
+            durations_s=list(t.durations_s),
+            context=dict(t.context),
+            observations=list(t.observations),
+            tail_ids=[],
+            turn_versions=list(t.turn_versions),
+            turn_facts=list(t.turn_facts),
+            checkpoints=[],
+            branches={},
+        )
+        return dataclasses.replace(
+            self,
+            traj=traj,
+            fold=copy.deepcopy(self.fold),
+            turns=list(self.turns),
+            messages=list(self.messages),
+            segment=seg,
+            keep_checkpoints=False,
+        )
+
+
+@dataclass(frozen=True)
+class TurnCheckpoint:
+    """An episode just before one of its turns: the env's snapshot and the policy's
+    context there. Given to :meth:`RolloutRunner.collect` as a job, the episode is played
+    on from it (a branch rollout); the new trajectory starts with the original's first
+    ``turn`` turns (their tokens, rewards and versions), and its own ``turn`` follows."""
+
+    turn: int
+    """The turn about to be played (the number of actions before it)."""
+    env_state: Any
+    """The env's snapshot then (``env.unwrapped.get_state()``)."""
+    episode: _Episode
+    """The rollout's bookkeeping then (see :meth:`_Episode.fork`)."""
+    prompt: int
+    """The tokens of the segment the turn is sampled after."""
 
 
 @dataclass
@@ -243,19 +346,24 @@ class RolloutRunner:
 
     def collect(
         self,
-        jobs: Sequence[RolloutJob],
+        jobs: Sequence[RolloutJob | TurnCheckpoint],
         policy_version: int,
         script: Script | None = None,
+        *,
+        checkpoints: bool = False,
     ) -> tuple[list[Trajectory], RolloutStats]:
         """Play every job to its end; trajectories come back in job order.
 
         Args:
-            jobs: the episodes to play.
+            jobs: the episodes to play: new ones, or ones played on from a checkpoint
+                (its env snapshot is restored into a free slot).
             policy_version: recorded on every trajectory and every turn.
             script: instead of sampling, act with a scripted policy (the SFT warm start
                 uses the oracle): called with each new episode's env, it returns the
                 function that gives the next action text. Its tokens get mask 1 and
                 log-probability 0.
+            checkpoints: keep a :class:`TurnCheckpoint` before every turn of the new
+                episodes (``Trajectory.checkpoints``): one env snapshot per turn.
         """
         stats = RolloutStats()
         queue = deque(enumerate(jobs))
@@ -266,18 +374,20 @@ class RolloutRunner:
             stats,
             policy_version=policy_version,
             script=script,
+            checkpoints=checkpoints,
         )
         return [results[i] for i in range(len(jobs))], stats
 
     def play(
         self,
-        feed: Callable[[], tuple[int, RolloutJob] | None],
+        feed: Callable[[], tuple[int, RolloutJob | TurnCheckpoint] | None],
         emit: Callable[[int, Trajectory], None],
         stats: RolloutStats,
         *,
         policy_version: int | None = None,
         script: Script | None = None,
         before_generate: Callable[[], None] | None = None,
+        checkpoints: bool = False,
     ) -> None:
         """Play jobs until ``feed`` has none left and every episode has ended.
 
@@ -296,16 +406,21 @@ class RolloutRunner:
             before_generate: called before each generation call, after free slots
                 took their jobs (an asynchronous worker loads new weights here, so a
                 job is never sampled with weights older than those pushed before it).
+            checkpoints: keep checkpoints of the new episodes (see :meth:`collect`).
         """
         live: dict[int, tuple[int, _Episode]] = {}  # slot -> (job key, episode)
         while True:
             for slot in range(len(self.slots)):
                 while slot not in live and (item := feed()) is not None:
                     index, job = item
-                    first = policy_version
-                    if first is None:
-                        first = self.sampler.weights_version
-                    episode = self._start(slot, job, first, stats)
+                    if isinstance(job, TurnCheckpoint):
+                        episode = self._resume(slot, job, stats)
+                    else:
+                        first = policy_version
+                        if first is None:
+                            first = self.sampler.weights_version
+                        episode = self._start(slot, job, first, stats)
+                        episode.keep_checkpoints = checkpoints
                     if episode.fold.done:
                         emit(index, self._finish(episode))
                         continue
@@ -314,9 +429,12 @@ class RolloutRunner:
                     live[slot] = (index, episode)
             if not live:
                 return
+            slots = sorted(live)
+            for slot in slots:
+                if live[slot][1].keep_checkpoints:
+                    self._checkpoint(slot, live[slot][1], stats)
             if before_generate is not None:
                 before_generate()
-            slots = sorted(live)
             samples = self._generate(live, slots, stats, script is not None)
             if samples is None:  # the generation server failed: env errors, not policy ones
                 for slot in slots:
@@ -399,6 +517,34 @@ class RolloutRunner:
             self._truncate(episode)
         return episode
 
+    def _resume(self, slot: int, ckpt: TurnCheckpoint, stats: RolloutStats) -> _Episode:
+        """An episode played on from ``ckpt``: its snapshot restored into ``slot``, and a
+        copy of its bookkeeping with the segment cut to the checkpoint's prompt."""
+        episode = ckpt.episode.fork(ckpt.prompt)
+        start = time.perf_counter()
+        try:
+            result = self.slots.set_state(slot, ckpt.env_state)
+        finally:
+            stats.env_s += time.perf_counter() - start
+        if result.crashed:  # an env error, as a crash in reset
+            episode.fold.crash(result.error)
+        return episode
+
+    def _checkpoint(self, slot: int, ep: _Episode, stats: RolloutStats) -> None:
+        """Keep the checkpoint before ``ep``'s next turn (None when the env's snapshot
+        could not be taken: that turn is not branched from)."""
+        start = time.perf_counter()
+        try:
+            state = self.slots.get_state(slot)
+        finally:
+            stats.env_s += time.perf_counter() - start
+        turn = len(ep.traj.actions)
+        assert len(ep.traj.checkpoints) == turn, "one checkpoint per turn"
+        ckpt = None
+        if state is not None:
+            ckpt = TurnCheckpoint(turn, state, ep.fork(None), len(ep.segment.ids))
+        ep.traj.checkpoints.append(ckpt)
+
     def _act(self, ep: _Episode, sample: Sample, version: int) -> str:
         """Append a sample (drawn by weights ``version``); returns its action text."""
         seg, traj = ep.segment, ep.traj
@@ -423,6 +569,7 @@ class RolloutRunner:
         traj.durations_s.append(max(env_ms - ep.env_time_ms, 0.0) / 1000.0)
         ep.env_time_ms = env_ms
         ep.fold.step(reward, terminated, truncated, info)
+        traj.turn_facts.append(TurnFacts.of(info))
         traj.observations.append(obs)
         if ep.fold.done:
             if ep.fold.summary().cut:
@@ -569,6 +716,8 @@ __all__ = [
     "RolloutStats",
     "Segment",
     "Trajectory",
+    "TurnCheckpoint",
+    "TurnFacts",
     "records",
     "token_versions",
 ]

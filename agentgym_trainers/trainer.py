@@ -5,7 +5,8 @@ One RL step:
 1. sample ``tasks_per_step`` tasks from the curriculum; each is played ``group_size``
    times with one env seed (a GRPO/RLOO group);
 2. roll out every episode with the current policy (version ``v``), keeping the sampled
-   ids and their log-probabilities;
+   ids and their log-probabilities; with ``--branch``, then play branches from chosen
+   turns' env snapshots (:mod:`agentgym_trainers.branching`);
 3. compute advantages with the run's algorithm family (``agentgym_trainers/algorithms/``: GRPO,
    RLOO, REINFORCE with a running baseline, or PPO's GAE over agent tokens); env-error
    episodes and groups with fewer than 2 valid members are dropped here and never reach
@@ -56,7 +57,8 @@ from agentgym_trainers.algorithms import (
 from agentgym_trainers.algorithms.registry import make_algorithm
 from agentgym_trainers.async_rollout import AsyncRollouts, fresh_tokens
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
-from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.branching import BranchStats, branch_metrics, make_brancher
+from agentgym_trainers.config import VAL_SPLIT, TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
 from agentgym_trainers.env_slots import LocalEnvSlots, pool_slots
 from agentgym_trainers.envs import register as register_fixtures
@@ -143,6 +145,8 @@ class Trainer:
         self.rollouts: AsyncRollouts | None = None
         try:
             self.tasks = self.split_tasks(config.data.split)
+            # --branch: branch rollouts from chosen turns (agentgym_trainers/branching.py)
+            self.brancher = make_brancher(config, self.runner, self.make_env)
         except BaseException:  # a bad split: no env (or Ray pool) is left behind
             self.runner.close()
             raise
@@ -287,7 +291,25 @@ class Trainer:
     def split_tasks(self, split: str) -> list[str]:
         """The task ids of ``split`` (at the configured difficulty), read from an env in
         this process: the runner's first env, or a probe env built and closed here when
-        the envs live on a Ray pool."""
+        the envs live on a Ray pool.
+
+        With ``val_tasks`` N, the last N tasks of the training split are the ``val``
+        split and are left out of the training split (SFT and RL never see them)."""
+        data = self.cfg.data
+        ids = self._env_split(data.split if split == VAL_SPLIT else split)
+        held = data.val_tasks
+        if split == VAL_SPLIT and not held:
+            raise ConfigError("the 'val' split is the tasks held out by --val-tasks N: set N")
+        if held and split in (VAL_SPLIT, data.split):
+            if held >= len(ids):
+                raise ConfigError(
+                    f"--val-tasks {held} holds out all {len(ids)} tasks of split "
+                    f"{data.split!r}: use fewer"
+                )
+            return ids[-held:] if split == VAL_SPLIT else ids[:-held]
+        return ids
+
+    def _env_split(self, split: str) -> list[str]:
         difficulty = self.cfg.data.difficulty
         slots = self.runner.slots
         if isinstance(slots, LocalEnvSlots):
@@ -320,6 +342,7 @@ class Trainer:
         # 1-2. rollouts with the current policy (async: the oldest finished groups)
         asynchronous: dict[str, float] = {}
         generated_before: int | None
+        branched: BranchStats | None = None
         if self.cfg.rollout.rollout == "async":
             self.lm.eval()
             if self.rollouts is None:
@@ -330,7 +353,12 @@ class Trainer:
             jobs = self.jobs()
             self.lm.eval()
             generated_before = self.sampler.tokens_generated
-            trajs, rstats = self.runner.collect(jobs, self.version)
+            keep = self.brancher is not None  # env snapshots before every turn
+            trajs, rstats = self.runner.collect(jobs, self.version, checkpoints=keep)
+            if self.brancher is not None:  # 2b. branches from the chosen turns
+                branched = self.brancher.branch(trajs, self.version, self.step)
+                rstats.generation_s += branched.generation_s
+                rstats.env_s += branched.env_s
         rollout_s = time.perf_counter() - start
         # 3. advantages (invalid episodes and dropped groups are not kept)
         seqs, adv_stats = self.advantages(trajs)
@@ -356,6 +384,8 @@ class Trainer:
         )
         metrics = _train_metrics(gathered)
         metrics.update(adv_stats)
+        if branched is not None:
+            metrics.update(branch_metrics(branched, seqs, self.device))
         metrics.update(upd)
         sums = dist.all_sum(
             [

@@ -6,7 +6,9 @@ advantage is its return measured against its own group, so no critic is needed.
 1. episode returns ``(N,)``, validity and group ids of the batch;
 2. the group baseline: GRPO subtracts the group mean (and divides by its std), RLOO the
    mean of the *other* members; a group with fewer than 2 valid members is dropped;
-3. every agent token of a kept episode carries its episode's advantage;
+3. every agent token of a kept episode carries its episode's advantage; with
+   ``--branch``, a branched turn's tokens carry their branch point's instead, and the
+   branches add their sequences (:mod:`agentgym_trainers.branching`);
 4. ``kl_in_reward``: each token's KL penalty is subtracted from its advantage (after the
    baseline, so the penalty is not averaged away within the group);
 5. ``whiten``: scale only, since the baseline already centres the advantages.
@@ -34,6 +36,7 @@ from agentgym_trainers.algorithms.base import (
     whiten_tokens,
 )
 from agentgym_trainers.batch import TrainSeq
+from agentgym_trainers.branching import branch_credit
 from agentgym_trainers.rollout import Trajectory
 
 
@@ -57,8 +60,11 @@ class GroupRelative(Algorithm):
         zero, n_groups = zero_variance_groups(batch.returns, batch.groups, batch.valid)
         z = dist.all_sum([zero, n_groups], device)
         stats = {"zero_variance_group_rate": z[0] / max(z[1], 1.0)}
-        # 3. episode advantage -> every agent token of the episode
+        # 3. episode advantage -> every agent token of the episode (a branched turn: its
+        # branch point's advantage)
         seqs = broadcast(batch.seqs, adv, kept)
+        seqs, branched = branch_credit(trajs, seqs, cfg, device)
+        stats.update(branched)
         # 4. the KL penalty per token, after the baseline
         stats.update(charge_kl(self.learner, cfg, seqs, into="advantages"))
         # 5. whitening scales only (the baseline already centred the advantages)

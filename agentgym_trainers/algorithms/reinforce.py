@@ -6,7 +6,9 @@ return, so no group and no critic are needed.
 1. episode returns ``(N,)`` and validity of the batch;
 2. advantages ``r - baseline`` with the baseline *before* this batch, then the baseline
    takes in this batch's mean valid return over every process;
-3. every agent token of a valid episode carries its episode's advantage;
+3. every agent token of a valid episode carries its episode's advantage; with
+   ``--branch``, a branched turn's tokens carry their branch point's instead, and the
+   branches add their sequences (:mod:`agentgym_trainers.branching`);
 4. ``kl_in_reward``: each token's KL penalty is subtracted from its advantage;
 5. ``whiten``: shift and scale over every process's agent tokens.
 """
@@ -30,6 +32,7 @@ from agentgym_trainers.algorithms.base import (
     whiten_tokens,
 )
 from agentgym_trainers.batch import TrainSeq
+from agentgym_trainers.branching import branch_credit
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.rollout import Trajectory
 
@@ -53,8 +56,11 @@ class Reinforce(Algorithm):
             torch.tensor([r for r, _ in everyone]), torch.tensor([v for _, v in everyone])
         )
         stats = {"baseline": float(self.baseline.value or 0.0)}
-        # 3. episode advantage -> every agent token of the episode
+        # 3. episode advantage -> every agent token of the episode (a branched turn: its
+        # branch point's advantage)
         seqs = broadcast(batch.seqs, adv, kept)
+        seqs, branched = branch_credit(trajs, seqs, cfg, device)
+        stats.update(branched)
         # 4. the KL penalty per token
         stats.update(charge_kl(self.learner, cfg, seqs, into="advantages"))
         # 5. whitening shifts and scales

@@ -90,6 +90,11 @@ OLD_KEYS = [
     "env_backend",  # added with the Ray env pool backend
     "ray_address",
     "envs_per_actor",
+    "rollout_worker",  # added with the Ray rollout worker
+    "branch",  # added with branch rollouts
+    "branch_k",
+    "branch_max_turns",
+    "val_tasks",  # added with the validation slice of the learning recipes
 ]
 
 

@@ -88,6 +88,21 @@ def test_algo_result_reports_wilson_intervals_and_whether_they_separate() -> Non
     assert worse["intervals_separate"] is False
 
 
+def test_phases_report_wilson_next_to_the_task_bootstrap() -> None:
+    def ev(p: float) -> dict[str, Any]:  # 50 tasks x 4 identical episodes
+        per_task = {f"t{i}": [int(i < p * 50)] * 4 for i in range(50)}
+        return {**_summary(0, 0, 0)["eval_initial"], "success": p, "per_task": per_task}
+
+    summary = {**_summary(0.0, 0.0, 0.0), "eval_before": ev(0.34), "eval_after": ev(0.56)}
+    result = algo_result(summary, wall_s=1.0)
+    sft = result["after_sft"]
+    assert sft["ci_method"] == "task bootstrap"
+    # Wilson over 200 episodes is narrower than the bootstrap over 50 repeated tasks
+    assert sft["wilson95"][1] - sft["wilson95"][0] < sft["ci95"][1] - sft["ci95"][0]
+    assert result["wilson_separate"] is True  # 0.34 vs 0.56 over 200 episodes
+    assert result["intervals_separate"] is False  # but not over 50 tasks
+
+
 def test_task_interval_counts_tasks_not_repeated_episodes() -> None:
     once = {f"t{i}": [int(i % 2 == 0)] for i in range(50)}
     four_times = {task: v * 4 for task, v in once.items()}
@@ -122,7 +137,7 @@ def test_results_readme_is_generated_from_the_summary() -> None:
     text = markdown(report, why="Because.")
     assert "    python -m agentgym_trainers.learn demo" in text
     assert "| grpo | 0.000 [0.000, 0.019] | 0.100 [" in text
-    assert "| +0.350 | yes |" in text
+    assert "| +0.350 | yes / yes |" in text
     assert text.endswith("Because.\n")
 
 

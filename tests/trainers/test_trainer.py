@@ -327,3 +327,49 @@ def test_all_algorithms_take_steps(tmp_path: Path, tokenizer: Any) -> None:
             assert key in metrics, key
         if algo == "ppo":
             assert metrics["vf_loss"] > 0
+
+
+def test_val_tasks_are_held_out_of_training_and_form_the_val_split(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    from agentgym_trainers.run import oracle_trajectories
+
+    full = Trainer(make_config(tmp_path / "full", env="agentgym/FrozenLake-v0", env_kwargs={}))
+    try:
+        every = full.split_tasks("train")
+    finally:
+        full.close()
+    cfg = make_config(
+        tmp_path / "held",
+        env="agentgym/FrozenLake-v0",
+        env_kwargs={"max_steps": 8},
+        val_tasks=5,
+        eval_split="val",
+        max_context=1024,
+    )
+    trainer = Trainer(cfg)
+    try:
+        val = trainer.split_tasks("val")
+        assert val == every[-5:]
+        assert trainer.tasks == every[:-5]
+        assert set(trainer.curriculum.task_ids).isdisjoint(val)
+        assert trainer.split_tasks("test") and set(trainer.split_tasks("test")).isdisjoint(val)
+        # the SFT demonstrations and every RL step draw from the kept tasks only
+        played = {t.job.task_id for t in oracle_trajectories(trainer, 40)}
+        drawn = {job.task_id for step in range(20) for job in trainer.jobs(step)}
+        assert played and drawn and (played | drawn).isdisjoint(val)
+    finally:
+        trainer.close()
+
+
+def test_val_tasks_config_errors_name_the_fix(tmp_path: Path, tokenizer: Any) -> None:
+    from agentgym_envs.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--val-tasks"):
+        make_config(tmp_path, eval_split="val", eval_episodes=4)
+    with pytest.raises(ConfigError, match="val_tasks must be >= 0"):
+        make_config(tmp_path, val_tasks=-1)
+    with pytest.raises(ConfigError, match="use fewer"):
+        Trainer(
+            make_config(tmp_path, env="agentgym/FrozenLake-v0", env_kwargs={}, val_tasks=10_000)
+        )
