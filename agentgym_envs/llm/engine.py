@@ -134,8 +134,10 @@ class StaticEngine:
         write: Any,
         keys: int,
         mask: torch.Tensor,
+        rows: torch.Tensor | None,
     ) -> torch.Tensor:
-        """One decoder layer on ``h`` (B, T, H); ``write(cache, new)`` stores K/V."""
+        """One decoder layer on ``h`` (B, T, H); ``write(cache, new)`` stores K/V; ``rows``
+        are the cache rows of ``h``'s rows (None: rows ``0..B-1``)."""
         layer = self.layers[i]
         att = layer.self_attn
         batch, steps, _ = h.shape
@@ -147,10 +149,15 @@ class StaticEngine:
         k = self._rotate(k.transpose(1, 2), cos, sin).to(self.dtype)  # (B, nkv, T, D)
         write(self.k[i], k)
         write(self.v[i], v.transpose(1, 2).to(self.dtype))
+        if rows is None:
+            k_rows, v_rows = self.k[i][:batch, :, :keys], self.v[i][:batch, :, :keys]
+        else:
+            k_rows = self.k[i][:, :, :keys].index_select(0, rows)
+            v_rows = self.v[i][:, :, :keys].index_select(0, rows)
         out = F.scaled_dot_product_attention(
             q,
-            self.k[i][:batch, :, :keys],
-            self.v[i][:batch, :, :keys],
+            k_rows,
+            v_rows,
             attn_mask=mask,
             enable_gqa=self.kv_heads != self.heads,
         )  # (B, nh, T, D)
@@ -174,22 +181,30 @@ class StaticEngine:
 
     # -- extend (prefill) and decode ----------------------------------------------------------
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, keys: int) -> torch.Tensor:
-        """Hidden states of ``ids`` (R, W) placed at ``positions`` (R, W) of every cache row
-        (R = max_batch); each query attends to its row's positions ``<=`` its own. Rows
-        and padding that should not touch the cache sit at the scratch position."""
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        keys: int,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Hidden states of ``ids`` (R, W) placed at ``positions`` (R, W) of cache rows
+        ``rows`` (R,) (None: every cache row, R = max_batch); each query attends to its
+        row's positions ``<=`` its own. Rows and padding that should not touch the cache
+        sit at the scratch position."""
         h = self.lm.model.embed_tokens(ids)  # (R, W, H)
         cos = self.cos[positions][:, None]  # (R, 1, W, D)
         sin = self.sin[positions][:, None]
         span = torch.arange(keys, device=self.device)
         mask = (span[None, None, :] <= positions[:, :, None])[:, None]  # (R, 1, W, K)
-        rows = torch.arange(ids.shape[0], device=self.device)[:, None]  # (R, 1)
+        where = rows if rows is not None else torch.arange(ids.shape[0], device=self.device)
+        column = where[:, None]  # (R, 1)
 
         def write(cache: torch.Tensor, new: torch.Tensor) -> None:
-            cache[rows, :, positions] = new.transpose(1, 2)  # (R, W, kv, D)
+            cache[column, :, positions] = new.transpose(1, 2)  # (R, W, kv, D)
 
         for i in range(len(self.layers)):
-            h = self._block(i, h, cos, sin, write, keys, mask)
+            h = self._block(i, h, cos, sin, write, keys, mask, rows)
         out: torch.Tensor = h
         return out
 
@@ -227,21 +242,29 @@ class StaticEngine:
             while n < limit and cached[n] == prompt[n]:
                 n += 1
             starts[row] = n
-        width = max(len(p) - starts[r] for r, p in prompts.items())
-        ids = torch.zeros((self.max_batch, width), dtype=torch.long)
-        positions = torch.full((self.max_batch, width), self.scratch, dtype=torch.long)
-        last = torch.zeros(self.max_batch, dtype=torch.long)
-        for row, prompt in prompts.items():
+        # only the given rows are computed (a row with nothing to extend costs nothing)
+        order = sorted(prompts)
+        width = max(len(prompts[r]) - starts[r] for r in order)
+        ids = torch.zeros((len(order), width), dtype=torch.long)
+        positions = torch.full((len(order), width), self.scratch, dtype=torch.long)
+        last = torch.zeros(len(order), dtype=torch.long)
+        for j, row in enumerate(order):
+            prompt = prompts[row]
             new = list(prompt[starts[row] :])
-            ids[row, : len(new)] = torch.tensor(new)
-            positions[row, : len(new)] = torch.arange(starts[row], len(prompt))
-            last[row] = len(new) - 1
+            ids[j, : len(new)] = torch.tensor(new)
+            positions[j, : len(new)] = torch.arange(starts[row], len(prompt))
+            last[j] = len(new) - 1
             self.cached[row] = list(prompt)
         self.reused_tokens += sum(starts.values())
         keys = _bucket(max(len(p) for p in prompts.values()), 128, self.max_len)
-        h = self._forward(ids.to(self.device), positions.to(self.device), keys)
-        rows = torch.arange(self.max_batch, device=self.device)
-        return self._logits(h[rows, last.to(self.device)])
+        rows = torch.tensor(order, device=self.device)
+        h = self._forward(ids.to(self.device), positions.to(self.device), keys, rows)
+        picked = self._logits(h[torch.arange(len(order), device=self.device), last.to(self.device)])
+        out = torch.zeros(
+            (self.max_batch, picked.shape[-1]), dtype=picked.dtype, device=self.device
+        )
+        out[rows] = picked
+        return out
 
     def commit(self, row: int, ids: Sequence[int]) -> None:
         """Record tokens that decode steps wrote into ``row`` after its prompt."""
@@ -263,7 +286,17 @@ class StaticEngine:
             )
         keys = _bucket(top + 1, 128, self.max_len)
         if not self.cuda_graphs:
-            return self._decode(ids, positions, keys)
+            # without a captured graph, idle rows (finished episodes, rows done with
+            # their turn) are skipped rather than computed at the scratch slot
+            live = (positions != self.scratch).nonzero().flatten()
+            if live.numel() == positions.numel():
+                return self._decode(ids, positions, keys)
+            vocab = self.lm.get_output_embeddings().weight.shape[0]
+            out = torch.zeros((positions.numel(), vocab), dtype=torch.float32, device=self.device)
+            if live.numel():
+                h = self._forward(ids[live][:, None], positions[live][:, None], keys, live)
+                out[live] = self._logits(h[:, 0])
+            return out
         graph = self._graphs.get(keys)
         if graph is None:
             graph = self._graphs[keys] = self._capture(keys)

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 
 Piece = tuple[str, bool]  # (text, is message text)
+PIECE_CACHE = 4096
+"""Encoded pieces a template keeps (the turns of the episodes in flight)."""
 
 
 class ChatTemplate:
@@ -35,7 +38,18 @@ class ChatTemplate:
         nonce = secrets.token_hex(8)
         self._open, self._close = f"\ue000{nonce}:", f":{nonce}\ue001"
         self._marker = re.compile(re.escape(self._open) + r"(\d+)" + re.escape(self._close))
+        self._encoded: dict[Piece, tuple[int, ...]] = {}  # encode_pieces' cache
+        self._lock = threading.Lock()
         self._check_verbatim()
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable (a lock is not): cache dropped
+        state = {**self.__dict__, "_encoded": {}}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def render_text(
         self,
@@ -77,12 +91,26 @@ class ChatTemplate:
         return [(t, flag) for t, flag in out if t]
 
     def encode_pieces(self, pieces: Sequence[Piece]) -> list[int]:
-        """Template pieces with special tokens parsed; message text as plain text."""
+        """Template pieces with special tokens parsed; message text as plain text.
+
+        Each piece is encoded on its own, so a piece's ids never depend on its
+        neighbours: they are kept (a bounded cache), and re-rendering a growing chat
+        encodes only its new pieces."""
         ids: list[int] = []
-        for text, is_message in pieces:
-            ids += self.tokenizer.encode(
-                text, add_special_tokens=False, split_special_tokens=is_message
-            )
+        for piece in pieces:
+            known = self._encoded.get(piece)
+            if known is None:
+                text, is_message = piece
+                known = tuple(
+                    self.tokenizer.encode(
+                        text, add_special_tokens=False, split_special_tokens=is_message
+                    )
+                )
+                with self._lock:  # a rollout thread and the learner may share a template
+                    if len(self._encoded) >= PIECE_CACHE:
+                        self._encoded.pop(next(iter(self._encoded)))  # the oldest entry
+                    self._encoded[piece] = known
+            ids += known
         return ids
 
     def render_ids(

@@ -204,3 +204,26 @@ def test_static_engine_reuses_an_episodes_cached_turns_only_while_valid(tiny_mod
         tiny_model.model.embed_tokens.weight.add_(0.01)
     torch.testing.assert_close(engine.extend({2: other})[2], fresh(other), rtol=0, atol=1e-5)
     assert engine.reused_tokens == 6 + 2
+
+
+def test_static_engine_skips_idle_rows_on_cpu_and_leaves_their_cache_alone(
+    tiny_model: Any,
+) -> None:
+    """Without CUDA graphs only live rows are computed: a live row's logits equal the
+    model's own forward, an idle row's logits are zeros and its cache is untouched."""
+    from agentgym_envs.llm.engine import StaticEngine
+
+    engine = StaticEngine(tiny_model, max_batch=4, max_len=64)
+    prompts = {0: [1, 5, 6, 7], 2: [1, 44, 55, 66, 77], 3: [1, 9]}
+    engine.extend(prompts)
+    idle_k = [k[0].clone() for k in engine.k]
+    ids = torch.tensor([11, 0, 12, 13])
+    positions = torch.tensor([engine.scratch, engine.scratch, 5, 2])  # rows 0, 1 idle
+    got = engine.decode(ids, positions)
+    assert torch.count_nonzero(got[:2]) == 0
+    for row, token in ((2, 12), (3, 13)):
+        with torch.no_grad():
+            want = tiny_model(torch.tensor([[*prompts[row], token]])).logits[0, -1].float()
+        torch.testing.assert_close(got[row], want, rtol=0, atol=1e-5)
+    for before, k in zip(idle_k, engine.k, strict=True):
+        assert torch.equal(before, k[0])
