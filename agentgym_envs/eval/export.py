@@ -17,8 +17,10 @@ task renamed them), each tool-calling turn as ``{"role": "assistant", "content":
 and the env's answer to it as ``{"role": "tool", "tool_call_id", "name", "content"}``.
 A turn without a call (a message to the user, an unparsable action) stays an assistant
 text message, and its answer a ``user`` message. A ``tool`` message holds the env's whole
-answer to the turn, as the agent saw it (live native mode, ``gym.make(...,
-tool_mode="native")``, further splits a simulated user's reply into a ``user`` message).
+answer to the turn, as the agent saw it. An episode played in native mode
+(``gym.make(..., tool_mode="native")``) and recorded by the ``RecordingWrapper`` is
+rendered from the env's own native answers instead: one ``tool`` message per call, so a
+turn may hold several calls, and a simulated user's reply apart as a ``user`` message.
 Load such files with ``datasets`` >= 4.7, whose ``Json`` type keeps each row's own keys.
 """
 
@@ -67,8 +69,8 @@ def sft_rows(
         tool_calls: ``"text"``: every message is ``{"role", "content"}``, tool calls stay
             in the action text. ``"native"``: structured ``tool_calls`` and ``tool``
             messages plus a ``tools`` column (see the module docstring); an episode whose
-            tools cannot be recovered, or with a turn of several calls, is left out with
-            a warning.
+            tools cannot be recovered, or with a turn of several calls that has no
+            recorded native answer (one per call), is left out with a warning.
         **filters: :meth:`TrajectoryStore.query` filters.
 
     Raises:

@@ -4,6 +4,7 @@ structured ``tool_calls`` and ``tool`` messages, and the Arrow types of such row
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,11 @@ from agentgym_envs.eval.store import StoredEpisode
 if TYPE_CHECKING:
     from agentgym_envs.core.actions import ActionParser
     from agentgym_envs.core.tools import ToolSet
+
+
+NATIVE_DATASETS_MIN = "4.7"
+"""The first ``datasets`` release with the ``Json`` feature type native rows need (the
+``eval`` extra pins at least this)."""
 
 
 class NativeExportError(AgentGymError, ValueError):
@@ -47,20 +53,33 @@ def native_messages(ep: StoredEpisode) -> list[dict[str, Any]]:
     action is parsed with the episode's tools. Each call keeps its recorded id, else gets
     ``call_<turn>_0``.
 
+    An episode played in native tool mode (``tool_mode="native"``) recorded how the env
+    answered each turn (``native_messages`` on the observation, see
+    :class:`~agentgym_envs.wrappers.recording.RecordingWrapper`): a turn whose calls
+    that answer covers, one ``tool`` message per call id, is rendered from it, so it may
+    hold several calls; a turn without a call keeps the message's own ``content``.
+
     Raises:
-        NativeExportError: a turn holds several calls: the stored observation answers
-            them together and cannot be split into one answer per call.
+        NativeExportError: a turn holds several calls and no recorded native answer
+            splits its observation into one answer per call.
     """
     out: list[dict[str, Any]] = []
     answering: tuple[str, str] | None = None  # (call id, tool name) the next user message answers
-    turn = 0
-    for message in ep.messages:
+    turn, skip = 0, False
+    for index, message in enumerate(ep.messages):
         role, content = str(message["role"]), str(message["content"])
-        if role == "system":
+        if skip:  # an observation already rendered from its native answer
+            skip = False
+        elif role == "system":
             out.append({"role": "system", "content": _native_system(content, ep)})
         elif role == "assistant":
             turn += 1
             calls = _calls(message, ep)
+            native = _native_turn(ep.messages, index, calls)
+            if native is not None:
+                out += native
+                skip, answering = True, None
+                continue
             if len(calls) > 1:
                 raise NativeExportError(
                     f"turn {turn} holds {len(calls)} tool calls, answered by one observation"
@@ -71,14 +90,7 @@ def native_messages(ep: StoredEpisode) -> list[dict[str, Any]]:
                 continue
             name, arguments, call_id = calls[0]
             call_id = call_id or f"call_{turn}_0"
-            function = {"name": name, "arguments": arguments}
-            out.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [{"id": call_id, "type": "function", "function": function}],
-                }
-            )
+            out.append(_assistant([(name, arguments, call_id)]))
             answering = (call_id, name)
         elif role == "user" and answering is not None:
             call_id, name = answering
@@ -87,6 +99,63 @@ def native_messages(ep: StoredEpisode) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "content": content})
     return out
+
+
+def _assistant(calls: list[tuple[str, dict[str, Any], str]]) -> dict[str, Any]:
+    """An assistant message of structured calls ``(name, arguments, call id)``."""
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+            for name, args, call_id in calls
+        ],
+    }
+
+
+def _native_turn(
+    messages: list[dict[str, Any]], index: int, calls: list[tuple[str, dict[str, Any], str]]
+) -> list[dict[str, Any]] | None:
+    """The assistant turn ``messages[index]`` and its answer as the env gave them in
+    native mode, or None when the turn has no recorded native answer or its ``tool``
+    messages do not answer exactly the turn's call ids, in order (calls written as text,
+    or ids the env could not use: its answer is then the plain observation)."""
+    following = messages[index + 1] if index + 1 < len(messages) else {}
+    answer = following.get("native_messages")
+    if not isinstance(answer, list):
+        return None
+    answered = [str(m.get("tool_call_id")) for m in answer if m.get("role") == "tool"]
+    if answered != [call_id for _, _, call_id in calls] or not all(answered):
+        return None
+    if calls:
+        head = _assistant(calls)
+    else:
+        head = {"role": "assistant", "content": _content(str(messages[index]["content"]))}
+    names = {call_id: name for name, _, call_id in calls}
+    rest = [
+        {**m, "name": names[str(m["tool_call_id"])]} if m.get("role") == "tool" else dict(m)
+        for m in answer
+    ]
+    return [head, *rest]
+
+
+def _content(action: str) -> str:
+    """The text of a native turn without a call: the ``content`` of the assistant
+    message the action holds (as the env read it), else the action itself."""
+    try:
+        data = json.loads(action)
+    except (ValueError, RecursionError):
+        return action
+    if not isinstance(data, dict) or data.get("role") != "assistant":
+        return action
+    content = data.get("content")
+    if isinstance(content, list):  # text parts
+        return "".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return content if isinstance(content, str) else ""
 
 
 def _native_system(text: str, ep: StoredEpisode) -> str:
@@ -173,12 +242,14 @@ def native_features(datasets: Any) -> Any:
     from tool to tool; a struct type would merge every tool's keys into every row).
 
     Raises:
-        ConfigError: the installed ``datasets`` has no ``Json`` type (before 4.7).
+        ConfigError: the installed ``datasets`` has no ``Json`` type (before
+            :data:`NATIVE_DATASETS_MIN`).
     """
     if not hasattr(datasets, "Json"):
+        need = NATIVE_DATASETS_MIN
         raise ConfigError(
-            f"native tool calls need the Json feature type of datasets >= 4.7, got "
-            f"datasets {datasets.__version__}; upgrade it: pip install -U 'datasets>=4.7'"
+            f"native tool calls need the Json feature type of datasets >= {need}, got "
+            f"datasets {datasets.__version__}; upgrade it: pip install -U 'datasets>={need}'"
         )
     text = datasets.Value("string")
     return datasets.Features(

@@ -20,7 +20,8 @@ The log-probabilities must be those of the sampling distribution,
 default: start it with ``--logprobs-mode processed_logprobs`` when sampling at another
 temperature, and keep ``top_p`` at 1 (vLLM's processed values are after its nucleus).
 
-Failures are split by who must act:
+Requests go through :class:`~agentgym_envs.llm.http_client.JsonHttpClient` (retries
+with backoff on transient failures); its failures are split by who must act:
 
 * :class:`GenerationServerError`: the server is unreachable, timed out, answered 5xx or
   429 after the retries, or returned no token ids. The environment side broke, not the
@@ -39,23 +40,18 @@ own reload mechanism), set ``generator.weights_version`` yourself.
 from __future__ import annotations
 
 import hashlib
-import http.client
-import json
 import logging
 import os
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentgym_envs.core.errors import AgentGymError, ArgumentError, ClosedError, ConfigError
 from agentgym_envs.llm.generation import Sample, SamplingSettings
+from agentgym_envs.llm.http_client import HttpCallError, JsonHttpClient
 
 logger = logging.getLogger(__name__)
 
-_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _SEED_RANGE = 2**31  # many servers take only 32-bit seeds
 OWNED_FIELDS = frozenset(
     {
@@ -164,9 +160,9 @@ class HttpGenerator:
         (``agentgym serve``), else what you set after updating the server's weights."""
         self.tokens_generated = 0
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._headers = {"Content-Type": "application/json"}
-        if key:
-            self._headers["Authorization"] = f"Bearer {key}"
+        self._client = JsonHttpClient(
+            self.base_url, api_key=key, timeout_s=timeout_s, retries=retries, max_backoff_s=8.0
+        )
         self._calls = 0
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="http-gen")
         self._closed = False
@@ -236,8 +232,9 @@ class HttpGenerator:
         """
         if self._closed:
             raise ClosedError("this HttpGenerator was closed; make a new one")
-        body = json.dumps({"path": path}).encode()
-        reply = self._once(f"{self.base_url}/load_weights", body, self.load_timeout_s)
+        reply = self._post(
+            "/load_weights", {"path": path}, retries=0, timeout_s=self.load_timeout_s
+        )
         version = reply.get("weights_version")
         if not isinstance(version, int):
             raise GenerationServerError(
@@ -298,60 +295,26 @@ class HttpGenerator:
         ended = choice.get("finish_reason") == "stop"
         return Sample(list(ids), values, ended), version if isinstance(version, int) else None
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries on transient failures; the JSON reply."""
-        url, data = f"{self.base_url}{path}", json.dumps(body).encode()
-        for attempt in range(self.retries + 1):
-            try:
-                return self._once(url, data)
-            except GenerationServerError as exc:
-                if attempt == self.retries or exc.status not in (*_RETRY_STATUS, None):
-                    raise
-                logger.warning("%s (attempt %d of %d)", exc, attempt + 1, self.retries + 1)
-                time.sleep(min(8.0, 0.25 * 2**attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _once(self, url: str, data: bytes, timeout_s: float | None = None) -> dict[str, Any]:
-        """One POST (no retry); ``timeout_s`` defaults to :attr:`timeout_s`."""
-        timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        request = urllib.request.Request(url, data=data, headers=self._headers)
+    def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        retries: int | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """POST through the shared client (retries on transient failures); the JSON
+        reply. Failures become :class:`GenerationServerError` (no answer, 5xx, 408, 429,
+        no JSON) or :class:`GenerationRequestError` (any other status)."""
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
-            message = f"HTTP {exc.code} from {url}: {detail}"
-            if exc.code in _RETRY_STATUS:
-                raise GenerationServerError(message, exc.code) from None
-            raise GenerationRequestError(message, exc.code) from None
-        except urllib.error.URLError as exc:
-            raise GenerationServerError(f"cannot reach {url}: {exc.reason}") from None
-        except (TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
-            raise GenerationServerError(
-                f"{type(exc).__name__} from {url} (timeout {timeout_s:g} s): {exc}"
-            ) from None
-        try:
-            reply = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise GenerationServerError(f"{url} answered with no JSON: {raw[:200]!r}") from None
-        if not isinstance(reply, dict):
-            raise GenerationServerError(f"{url} answered with no JSON object: {raw[:200]!r}")
-        return reply
+            return self._client.post(path, body, retries=retries, timeout_s=timeout_s).value
+        except HttpCallError as exc:
+            if exc.status is None or exc.transient or exc.status >= 500:
+                raise GenerationServerError(str(exc), exc.status) from None
+            raise GenerationRequestError(str(exc), exc.status) from None
 
 
 def _derive_seed(*parts: int) -> int:
     """A seed from integers such as (seed, call, prompt): reproducible, well spread."""
     digest = hashlib.sha256(":".join(str(int(p)) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
-
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    """The ``error.message`` of an OpenAI error body, else the start of the body."""
-    try:
-        raw = exc.read()
-    except OSError:
-        return str(exc.reason)
-    try:
-        return str(json.loads(raw)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return raw[:200].decode("utf-8", errors="replace")

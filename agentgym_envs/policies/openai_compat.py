@@ -21,41 +21,26 @@ honouring ``Retry-After``. When the retries run out, or on a permanent error (40
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
-import random
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym_envs.core.errors import ClosedError, ConfigError, did_you_mean
+from agentgym_envs.llm.http_client import RETRY_STATUS, BadReplyError, HttpCallError, JsonHttpClient
 from agentgym_envs.policies.chat import ChatHistories, Conversation, derive_seed
 from agentgym_envs.policies.chat import tool_calls_to_action as _to_action
 
 logger = logging.getLogger(__name__)
 
 TOOL_MODES = ("native", "text")
-_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_RETRY_STATUS = RETRY_STATUS | {409, 425}  # conflict, too early: a retry may succeed
 _CHARS_PER_TOKEN = 4  # the usual estimate for English text; only used by max_context
-
-
-class _Transient(Exception):
-    """A failure that a retry may fix."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class _Permanent(Exception):
-    """A failure that retrying cannot fix (bad request, bad key, unknown model)."""
 
 
 @dataclass
@@ -160,12 +145,18 @@ class OpenAIPolicy:
         self.failures: list[dict[str, Any]] = []
         """Every request that failed for good: slot, error, attempts."""
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if key:
-            self._headers["Authorization"] = f"Bearer {key}"
+        self._client = JsonHttpClient(
+            self.base_url,
+            api_key=key,
+            timeout_s=timeout_s,
+            retries=max_retries,
+            backoff_s=backoff_s,
+            max_backoff_s=max_backoff_s,
+            retry_status=_RETRY_STATUS,
+            jitter_seed=seed,
+        )
         self._chats = ChatHistories(one_shot=one_shot, native=tool_mode == "native")
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai")
-        self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -243,115 +234,52 @@ class OpenAIPolicy:
         return body
 
     def _complete(self, body: dict[str, Any]) -> _Reply:
-        """Request one completion with retries; never raises."""
+        """Request one completion with retries (the shared client's); never raises."""
         started = time.perf_counter()
-        reply = _Reply()
-        while True:
-            reply.attempts += 1
-            try:
-                self._read(self._post(body), reply)
-                break
-            except _Transient as exc:
-                reply.error = str(exc)
-                if reply.attempts > self.max_retries:
-                    reply.failed = True
-                    break
-                time.sleep(self._delay(reply.attempts, exc.retry_after))
-            except _Permanent as exc:
-                reply.error, reply.failed = str(exc), True
-                break
-            except Exception as exc:  # a bug must not end the whole evaluation either
-                logger.exception("unexpected error in a chat-completions request")
-                reply.error, reply.failed = f"{type(exc).__name__}: {exc}", True
-                break
-        if reply.failed:
-            reply.action, reply.tool_calls = "", None
-            reply.error = f"{reply.error} (after {reply.attempts} attempt(s))"
+        try:
+            answer = self._client.post("/chat/completions", body, _read)
+            reply, reply.attempts = answer.value, answer.attempts
+        except HttpCallError as exc:
+            reply = _Reply(attempts=exc.attempts, failed=True, error=str(exc))
+        except Exception as exc:  # a bug must not end the whole evaluation either
+            logger.exception("unexpected error in a chat-completions request")
+            reply = _Reply(attempts=1, failed=True, error=f"{type(exc).__name__}: {exc}")
         reply.latency_ms = (time.perf_counter() - started) * 1000.0
         return reply
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        with self._lock:  # random.Random is not safe to share between threads
-            jitter = 0.5 + 0.5 * self._rng.random()
-        delay = min(self.max_backoff_s, self.backoff_s * 2.0 ** (attempt - 1)) * jitter
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_backoff_s))
-        return delay
 
-    def _post(self, body: dict[str, Any]) -> Any:
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        request = urllib.request.Request(
-            f"{self.base_url}/chat/completions", data=data, headers=self._headers, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
-            message = f"HTTP {exc.code} from {self.base_url}: {detail}"
-            if exc.code in _RETRY_STATUS:
-                raise _Transient(message, _retry_after(exc.headers.get("Retry-After"))) from exc
-            raise _Permanent(message) from exc
-        except urllib.error.URLError as exc:
-            raise _Transient(f"cannot reach {self.base_url}: {exc.reason}") from exc
-        except (TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
-            raise _Transient(f"{type(exc).__name__} talking to {self.base_url}: {exc}") from exc
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise _Transient(f"the reply is not JSON: {raw[:200]!r}") from exc
-
-    @staticmethod
-    def _read(data: Any, reply: _Reply) -> None:
-        """Fill ``reply`` from a chat-completion object."""
-        try:
-            message = data["choices"][0]["message"]
-            if not isinstance(message, dict):
-                raise TypeError("message is not an object")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise _Transient(f"the reply is not a chat completion: {str(data)[:200]}") from exc
-        usage = data.get("usage") or {}
-        reply.tokens_in = int(usage.get("prompt_tokens") or 0)
-        reply.tokens_out = int(usage.get("completion_tokens") or 0)
-        calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
-        if calls:
-            reply.tool_calls = [
-                {
-                    "id": str(c.get("id") or f"call_{i}"),
-                    "type": "function",
-                    "function": {
-                        "name": str((c.get("function") or {}).get("name", "")),
-                        "arguments": _as_json_string((c.get("function") or {}).get("arguments")),
-                    },
-                }
-                for i, c in enumerate(calls)
-            ]
-            reply.action = _to_action(reply.tool_calls)
-        else:
-            reply.action = str(message.get("content") or "").strip()
+def _read(data: dict[str, Any]) -> _Reply:
+    """A reply from a chat-completion object (a malformed one is retried)."""
+    try:
+        message = data["choices"][0]["message"]
+        if not isinstance(message, dict):
+            raise TypeError("message is not an object")
+    except (KeyError, IndexError, TypeError) as exc:
+        raise BadReplyError(f"not a chat completion: {str(data)[:200]}") from exc
+    reply = _Reply()
+    usage = data.get("usage") or {}
+    reply.tokens_in = int(usage.get("prompt_tokens") or 0)
+    reply.tokens_out = int(usage.get("completion_tokens") or 0)
+    calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    if calls:
+        reply.tool_calls = [
+            {
+                "id": str(c.get("id") or f"call_{i}"),
+                "type": "function",
+                "function": {
+                    "name": str((c.get("function") or {}).get("name", "")),
+                    "arguments": _as_json_string((c.get("function") or {}).get("arguments")),
+                },
+            }
+            for i, c in enumerate(calls)
+        ]
+        reply.action = _to_action(reply.tool_calls)
+    else:
+        reply.action = str(message.get("content") or "").strip()
+    return reply
 
 
 def _as_json_string(arguments: Any) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (the HTTP-date form is ignored)."""
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None
-
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    """The ``error.message`` of an OpenAI error body, else the start of the body."""
-    try:
-        raw = exc.read()
-    except OSError:
-        return exc.reason if isinstance(exc.reason, str) else ""
-    try:
-        return str(json.loads(raw)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return raw[:200].decode("utf-8", errors="replace")

@@ -12,6 +12,8 @@ arrive together as one batch through the local
   temperature-1 values), the quantity the trainer recomputes, and optionally the top
   alternatives under the same distribution;
 * a row may stream: its sink sees every token as it is sampled;
+* a row may be cancelled (its client left): it stops at its next token, and a row
+  still queued never runs;
 * a row may be constrained to one tool call (``tool_choice`` ``"required"`` or a named
   function): see :class:`ToolCallConstraint`.
 """
@@ -70,6 +72,9 @@ class RowJob:
     """Non-empty: the reply must be one call of one of these tools."""
     sink: Callable[[TokenStep], None] | None = field(default=None, compare=False)
     """Called with every token of this row as it is sampled (streaming)."""
+    cancel: threading.Event | None = field(default=None, compare=False)
+    """Set when nobody waits for the row any more (its client left): a queued row
+    never runs, a running one stops before its next token (see :meth:`Batcher.cancel`)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,9 @@ class RowResult:
     weights_version: int = 0
     """The version of the weights that sampled the row: read by the batcher under its
     batch lock, so a weight load can never fall between sampling and this label."""
+    cancelled: bool = False
+    """The row was cancelled mid-batch: ``ids`` are the tokens sampled before it
+    stopped (its client is gone; nobody reads it)."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +303,9 @@ class ServePicker:
         self._eos = set(eos)
         self._count = [0] * len(jobs)
         self._alive = [j.max_new > 0 for j in jobs]
+        self._end = min(eos) if eos else 0  # what a cancelled row "samples" to stop
+        self.cancelled = [False] * len(jobs)
+        """Per row: it was cancelled mid-batch (and stopped there)."""
         if any(j.tool_names for j in jobs) and vocab is None:
             raise ArgumentError("expected a vocabulary for tool-call constraints, got None")
         self._rules = [
@@ -309,12 +320,26 @@ class ServePicker:
     def __call__(self, logits: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         import torch
 
+        stopped = self._stop_cancelled()
         token, _ = self._draw(self._masked(logits), step)
+        if stopped:  # an end-of-turn token ends the row in the decode loop
+            token[stopped] = self._end
         logprobs = torch.log_softmax(logits / self._scale, dim=-1)  # (B, V), unconstrained
         chosen = logprobs.gather(1, token[:, None]).squeeze(1)
         top = logprobs.topk(min(self._k, logprobs.shape[-1]), dim=-1) if self._k else None
         self._record(token.tolist(), chosen.tolist(), top)
         return token, chosen
+
+    def _stop_cancelled(self) -> list[int]:
+        """The live rows whose client left: they stop now, recording nothing more."""
+        rows = [
+            row
+            for row, job in enumerate(self._jobs)
+            if self._alive[row] and job.cancel is not None and job.cancel.is_set()
+        ]
+        for row in rows:
+            self._alive[row], self.cancelled[row] = False, True
+        return rows
 
     def _masked(self, logits: torch.Tensor) -> torch.Tensor:
         rules = [(r, rule.rule()) for r, rule in enumerate(self._rules) if rule and self._alive[r]]
@@ -401,10 +426,13 @@ class RowEngine:
         samples = self._sampler.generate(
             [j.prompt for j in jobs], [j.max_new for j in jobs], picker=picker
         )
-        return [
-            RowResult(list(s.ids), list(s.logprobs), top, bool(s.ended), weights_version)
-            for s, top in zip(samples, picker.top, strict=True)
-        ]
+        results = []
+        for s, top, cancelled in zip(samples, picker.top, picker.cancelled, strict=True):
+            kept = len(top) if cancelled else len(s.ids)  # not the end token that stopped it
+            ids, logprobs = list(s.ids[:kept]), list(s.logprobs[:kept])
+            ended = bool(s.ended) and not cancelled
+            results.append(RowResult(ids, logprobs, top, ended, weights_version, cancelled))
+        return results
 
     def reply(self, job: RowJob, result: RowResult) -> Reply:
         """Decode a result; a stop string cuts the text before it and the ids after the
@@ -450,6 +478,10 @@ class Batcher:
         self.engine, self.max_batch, self.wait_s = engine, max(1, max_batch), wait_s
         self.batch_sizes: list[int] = []
         """The size of every batch generated so far (for stats and tests)."""
+        self.cancelled_rows = 0
+        """Rows cancelled so far (their client left): never run, or stopped mid-batch."""
+        self.tokens_sampled = 0
+        """Tokens sampled so far, over all rows (a cancelled row's up to its stop)."""
         self.weights_version = 0
         """The version of the weights the next batch samples with. It changes only while
         the model is held (:meth:`new_weights`), and each batch reads it under the same
@@ -473,12 +505,34 @@ class Batcher:
                 )
             self._pending += len(jobs)
         for job, future in zip(jobs, futures, strict=True):
+            future.add_done_callback(self._count_cancelled)
             self._queue.put((job, future))
         return futures
 
+    def _count_cancelled(self, future: Future[RowResult]) -> None:
+        """A queued row given up is answered at once: it no longer counts as pending."""
+        if future.cancelled():
+            with self._pending_lock:
+                self._pending -= 1
+                self.cancelled_rows += 1
+
+    @staticmethod
+    def cancel(jobs: Sequence[RowJob], futures: Sequence[Future[RowResult]]) -> None:
+        """Give up rows nobody waits for: queued ones are dropped at once (they never
+        run), running ones stop before their next token (their ``cancel`` event is
+        set). Rows already done are left alone."""
+        for job, future in zip(jobs, futures, strict=True):
+            if future.done():
+                continue
+            if job.cancel is not None:
+                job.cancel.set()
+            future.cancel()  # succeeds only while the row is queued
+
     @property
     def pending(self) -> int:
-        """Rows submitted and not answered yet."""
+        """Rows submitted and not answered yet. A cancelled row is answered at once
+        while queued; a running one stops sampling at its next token and is answered
+        when its batch ends."""
         with self._pending_lock:
             return self._pending
 
@@ -540,11 +594,17 @@ class Batcher:
 
     def _generate(self, jobs: list[_Job]) -> None:
         """Run one batch (the caller holds ``_busy``: the weights cannot change)."""
+        for queued, future in jobs:  # the row's client left while it was queued
+            if queued.cancel is not None and queued.cancel.is_set():
+                future.cancel()
         live = [job for job in jobs if job[1].set_running_or_notify_cancel()]
         try:
             if live:
                 self.batch_sizes.append(len(live))
                 results = self.engine.run([j[0] for j in live], self.weights_version)
+                with self._pending_lock:
+                    self.cancelled_rows += sum(r.cancelled for r in results)
+                    self.tokens_sampled += sum(len(r.ids) for r in results)
                 for job, result in zip(live, results, strict=True):
                     job[1].set_result(result)
         except Exception as exc:  # every waiting request learns about it
@@ -554,4 +614,4 @@ class Batcher:
                     job[1].set_exception(exc)
         finally:
             with self._pending_lock:
-                self._pending -= len(jobs)
+                self._pending -= len(live)  # the cancelled rest: see _count_cancelled

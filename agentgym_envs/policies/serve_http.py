@@ -4,10 +4,16 @@ accepts."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
@@ -23,7 +29,7 @@ from agentgym_envs.policies.serve_api import (
     parse_request,
     template_messages,
 )
-from agentgym_envs.policies.serve_engine import Reply, RowJob
+from agentgym_envs.policies.serve_engine import Batcher, Reply, RowJob, RowResult
 from agentgym_envs.policies.serve_reply import (
     Chunks,
     chat_body,
@@ -36,7 +42,7 @@ from agentgym_envs.policies.serve_reply import (
     text_logprobs,
     tool_calls,
 )
-from agentgym_envs.policies.serve_stream import stream_pieces
+from agentgym_envs.policies.serve_stream import GONE_POLL_S, stream_pieces
 
 if TYPE_CHECKING:
     from agentgym_envs.policies.serve import ChatServer
@@ -93,16 +99,48 @@ def _settings(server: ChatServer, sampling: Sampling) -> list[SamplingSettings]:
     ]
 
 
+def _results(
+    batcher: Batcher, jobs: list[RowJob], gone: Callable[[], bool] | None
+) -> list[RowResult]:
+    """Generate the jobs together and wait for them. They are cancelled if ``gone``
+    says the client left (asked every :data:`GONE_POLL_S` seconds) or
+    :data:`REQUEST_TIMEOUT_S` passes.
+
+    Raises:
+        ConnectionAbortedError: the client went away.
+        TimeoutError: the rows took longer than :data:`REQUEST_TIMEOUT_S`.
+    """
+    cancel = threading.Event()
+    jobs = [replace(job, cancel=cancel) for job in jobs]
+    futures = batcher.submit(jobs)
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the reply took longer than {REQUEST_TIMEOUT_S:.0f} s")
+            poll = min(left, GONE_POLL_S) if gone is not None else left
+            if not concurrent.futures.wait(futures, timeout=poll).not_done:
+                return [future.result() for future in futures]
+            if gone is not None and gone():
+                raise ConnectionAbortedError("the client went away")
+    finally:
+        batcher.cancel(jobs, futures)  # rows still running when we stop waiting
+
+
 def _replies(
-    server: ChatServer, jobs: list[RowJob], tools: Sequence[Mapping[str, Any]]
+    server: ChatServer,
+    jobs: list[RowJob],
+    tools: Sequence[Mapping[str, Any]],
+    gone: Callable[[], bool] | None = None,
 ) -> list[Reply]:
     """Generate the jobs together; a constrained sampled reply that holds no valid call
-    is drawn again (up to :data:`REQUIRED_ATTEMPTS` draws in all)."""
+    is drawn again (up to :data:`REQUIRED_ATTEMPTS` draws in all). The rows are
+    cancelled when the client leaves (``gone``)."""
     engine = server.engine
-    futures = server.batcher.submit(jobs)
     replies = [
-        engine.reply(j, f.result(timeout=REQUEST_TIMEOUT_S))
-        for j, f in zip(jobs, futures, strict=True)
+        engine.reply(job, result)
+        for job, result in zip(jobs, _results(server.batcher, jobs, gone), strict=True)
     ]
     for attempt in range(1, REQUIRED_ATTEMPTS):
         redo = [
@@ -124,8 +162,9 @@ def _replies(
             )
             for i in redo
         ]
-        for i, job, future in zip(redo, again, server.batcher.submit(again), strict=True):
-            replies[i] = engine.reply(job, future.result(timeout=REQUEST_TIMEOUT_S))
+        results = _results(server.batcher, again, gone)
+        for i, job, result in zip(redo, again, results, strict=True):
+            replies[i] = engine.reply(job, result)
     return replies
 
 
@@ -171,7 +210,7 @@ class Handler(BaseHTTPRequestHandler):
             route(self._body())
         except BadRequest as exc:
             self._send(exc.status, error_body(str(exc), exc.kind, exc.param, exc.code))
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up mid-stream
+        except ConnectionError:  # the client gave up (its rows were cancelled)
             logger.debug("client went away before the reply ended")
         except Exception as exc:  # the server must survive anything a request does
             logger.exception("request to %s failed", self.path)
@@ -224,7 +263,7 @@ class Handler(BaseHTTPRequestHandler):
         if request.sampling.stream:
             self._stream_chat(request, prompt, jobs)
             return
-        replies = _replies(server, jobs, request.tools)
+        replies = _replies(server, jobs, request.tools, self._client_gone)
         choices = [self._chat_choice(i, reply, request) for i, reply in enumerate(replies)]
         ids = request.sampling.return_token_ids
         tokens = (len(prompt), sum(len(r.ids) for r in replies))
@@ -275,7 +314,7 @@ class Handler(BaseHTTPRequestHandler):
                 out = self._stream_chat_tokens(request, jobs, chunks)
             if sampling.include_usage:
                 self._event(chunks.usage((len(prompt), out)))
-        except (BrokenPipeError, ConnectionResetError):
+        except ConnectionError:  # the client left: no one to tell
             raise
         except Exception as exc:  # headers are out: the error becomes an event
             logger.exception("streamed chat completion failed")
@@ -287,7 +326,7 @@ class Handler(BaseHTTPRequestHandler):
     ) -> int:
         """Each choice in one chunk (content or tool calls) and its finish; tokens out."""
         out = 0
-        for i, reply in enumerate(_replies(self.server, jobs, request.tools)):
+        for i, reply in enumerate(_replies(self.server, jobs, request.tools, self._client_gone)):
             out += len(reply.ids)
             choice = self._chat_choice(i, reply, request)
             calls = choice["message"].get("tool_calls")
@@ -308,30 +347,33 @@ class Handler(BaseHTTPRequestHandler):
     def _stream_chat_tokens(self, request: ChatRequest, jobs: list[RowJob], chunks: Chunks) -> int:
         """A chunk per sampled token (text, log-probs, ids as asked); tokens out."""
         sampling, out = request.sampling, 0
-        for piece in stream_pieces(
-            self.server.engine, self.server.batcher, jobs, REQUEST_TIMEOUT_S
-        ):
-            out += len(piece.ids)
-            detail = bool(piece.ids) and (request.logprobs or sampling.return_token_ids)
-            if not (piece.text or piece.finish or detail):
-                continue
-            logprobs = (
-                chat_logprobs(piece.ids, piece.logprobs, piece.top, self._token_text)
-                if request.logprobs and piece.ids
-                else None
-            )
-            delta = {"content": piece.text} if piece.text else {}
-            ids = piece.ids if sampling.return_token_ids else None
-            version = piece.weights_version
-            choice = chat_delta(
-                piece.index,
-                delta,
-                piece.finish,
-                logprobs=logprobs,
-                token_ids=ids,
-                weights_version=version,
-            )
-            self._event(chunks.of([choice], version))
+        server = self.server
+        pieces = stream_pieces(
+            server.engine, server.batcher, jobs, REQUEST_TIMEOUT_S, self._client_gone
+        )
+        with closing(pieces):  # closing it early (the client left) cancels the rows
+            for piece in pieces:
+                out += len(piece.ids)
+                detail = bool(piece.ids) and (request.logprobs or sampling.return_token_ids)
+                if not (piece.text or piece.finish or detail):
+                    continue
+                logprobs = (
+                    chat_logprobs(piece.ids, piece.logprobs, piece.top, self._token_text)
+                    if request.logprobs and piece.ids
+                    else None
+                )
+                delta = {"content": piece.text} if piece.text else {}
+                ids = piece.ids if sampling.return_token_ids else None
+                version = piece.weights_version
+                choice = chat_delta(
+                    piece.index,
+                    delta,
+                    piece.finish,
+                    logprobs=logprobs,
+                    token_ids=ids,
+                    weights_version=version,
+                )
+                self._event(chunks.of([choice], version))
         return out
 
     # -- text completions (token ids in, token ids out) ----------------------------------------
@@ -362,7 +404,7 @@ class Handler(BaseHTTPRequestHandler):
         if sampling.stream:
             self._stream_text(request.logprobs, sampling, jobs, prompt_tokens)
             return
-        replies = _replies(server, jobs, ())
+        replies = _replies(server, jobs, (), self._client_gone)
         choices = [
             text_choice(
                 i,
@@ -399,29 +441,33 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(chunks.of([text_choice(i, "", None, prompt_ids=job.prompt)]))
         out, offsets = 0, [0] * len(jobs)
         try:
-            for piece in stream_pieces(server.engine, server.batcher, jobs, REQUEST_TIMEOUT_S):
-                out += len(piece.ids)
-                detail = bool(piece.ids) and (wanted is not None or sampling.return_token_ids)
-                if not (piece.text or piece.finish or detail):
-                    continue
-                logprobs = self._text_logprobs(
-                    wanted, piece.ids, piece.logprobs, piece.top, offsets[piece.index]
-                )
-                offsets[piece.index] += len(piece.text)
-                ids = piece.ids if sampling.return_token_ids else None
-                version = piece.weights_version
-                choice = text_choice(
-                    piece.index,
-                    piece.text,
-                    piece.finish,
-                    logprobs=logprobs,
-                    token_ids=ids,
-                    weights_version=version,
-                )
-                self._event(chunks.of([choice], version))
+            pieces = stream_pieces(
+                server.engine, server.batcher, jobs, REQUEST_TIMEOUT_S, self._client_gone
+            )
+            with closing(pieces):  # closing it early (the client left) cancels the rows
+                for piece in pieces:
+                    out += len(piece.ids)
+                    detail = bool(piece.ids) and (wanted is not None or sampling.return_token_ids)
+                    if not (piece.text or piece.finish or detail):
+                        continue
+                    logprobs = self._text_logprobs(
+                        wanted, piece.ids, piece.logprobs, piece.top, offsets[piece.index]
+                    )
+                    offsets[piece.index] += len(piece.text)
+                    ids = piece.ids if sampling.return_token_ids else None
+                    version = piece.weights_version
+                    choice = text_choice(
+                        piece.index,
+                        piece.text,
+                        piece.finish,
+                        logprobs=logprobs,
+                        token_ids=ids,
+                        weights_version=version,
+                    )
+                    self._event(chunks.of([choice], version))
             if sampling.include_usage:
                 self._event(chunks.usage((prompt_tokens, out)))
-        except (BrokenPipeError, ConnectionResetError):
+        except ConnectionError:  # the client left: no one to tell
             raise
         except Exception as exc:
             logger.exception("streamed completion failed")
@@ -445,6 +491,16 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"weights_version": version, "system_fingerprint": self.server.fingerprint})
 
     # -- output ------------------------------------------------------------------------------
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed the connection while its reply is generated: it
+        sends nothing after its request, so a readable socket that yields no byte
+        means it left (a pipelined next request would be bytes: not gone)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):  # reset, or already closed
+            return True
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")

@@ -6,12 +6,17 @@ sampled token (its text may be empty while characters are held back) and a last 
 per row with its ``finish`` reason and whatever text was still held back. The
 concatenated pieces of a row are exactly the non-streamed reply: the same text and the
 same ids.
+
+A stream that ends early (its reader stops, or ``gone`` says the client left, or nothing
+arrives in time) cancels its rows: none keeps generating for a client that is gone.
 """
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 
 from agentgym_envs.policies.serve_engine import (
@@ -23,6 +28,8 @@ from agentgym_envs.policies.serve_engine import (
 )
 
 _HELD = "\ufffd"  # what a decoder shows for the first bytes of an unfinished character
+GONE_POLL_S = 0.25
+"""How often a stream waiting for tokens asks whether its client is still there."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +99,21 @@ def _closer(
 
 
 def stream_pieces(
-    engine: RowEngine, batcher: Batcher, jobs: Sequence[RowJob], timeout_s: float
-) -> Iterator[Piece]:
+    engine: RowEngine,
+    batcher: Batcher,
+    jobs: Sequence[RowJob],
+    timeout_s: float,
+    gone: Callable[[], bool] | None = None,
+) -> Generator[Piece, None, None]:
     """Generate ``jobs`` together and yield their pieces as tokens are sampled.
+
+    The rows are cancelled when the stream ends before they do: the caller closes it
+    (a client that went away mid-write), ``gone`` returns True (asked every
+    :data:`GONE_POLL_S` seconds while no token arrives), or ``timeout_s`` passes.
 
     Raises:
         TimeoutError: nothing arrived for ``timeout_s`` seconds.
+        ConnectionAbortedError: ``gone`` said the client left.
         Exception: whatever the batched generation raised.
     """
     events: queue.Queue[tuple[int, TokenStep | None]] = queue.Queue()
@@ -105,34 +121,55 @@ def stream_pieces(
     def sink(index: int) -> Callable[[TokenStep], None]:
         return lambda step: events.put((index, step))
 
-    futures = batcher.submit([replace(job, sink=sink(i)) for i, job in enumerate(jobs)])
-    for i, future in enumerate(futures):
-        future.add_done_callback(_closer(events, i))
-    tokenizer = engine.lm.tokenizer
-
-    def decode(ids: list[int]) -> str:
-        return str(tokenizer.decode(ids, skip_special_tokens=True))
-
-    streams = [TextStream(decode, job.stop) for job in jobs]
-    versions: list[int | None] = [None] * len(jobs)
+    cancel = threading.Event()
+    jobs = [replace(job, sink=sink(i), cancel=cancel) for i, job in enumerate(jobs)]
+    futures = batcher.submit(jobs)
     open_rows = len(jobs)
-    while open_rows:
+    try:
+        for i, future in enumerate(futures):
+            future.add_done_callback(_closer(events, i))
+        tokenizer = engine.lm.tokenizer
+
+        def decode(ids: list[int]) -> str:
+            return str(tokenizer.decode(ids, skip_special_tokens=True))
+
+        streams = [TextStream(decode, job.stop) for job in jobs]
+        versions: list[int | None] = [None] * len(jobs)
+        while open_rows:
+            index, step = _next_event(events, timeout_s, gone)
+            stream = streams[index]
+            version = step.weights_version if step is not None else None
+            if step is None:
+                open_rows -= 1
+                reply = engine.reply(jobs[index], futures[index].result())
+                version = reply.weights_version
+            _same_weights(versions, index, version)
+            if step is None:
+                yield Piece(index, stream.rest(reply.text), [], [], [], reply.finish, version)
+            elif not stream.stopped:
+                text = stream.feed(step.id)
+                yield Piece(index, text, [step.id], [step.logprob], [step.top], None, version)
+    finally:
+        if open_rows:  # ended early: nobody reads the rest
+            batcher.cancel(jobs, futures)
+
+
+def _next_event(
+    events: queue.Queue[tuple[int, TokenStep | None]],
+    timeout_s: float,
+    gone: Callable[[], bool] | None,
+) -> tuple[int, TokenStep | None]:
+    """The next token or row end; asks ``gone`` while waiting."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no token for {timeout_s:.0f} s")
         try:
-            index, step = events.get(timeout=timeout_s)
+            return events.get(timeout=min(left, GONE_POLL_S) if gone is not None else left)
         except queue.Empty:
-            raise TimeoutError(f"no token for {timeout_s:.0f} s") from None
-        stream = streams[index]
-        version = step.weights_version if step is not None else None
-        if step is None:
-            open_rows -= 1
-            reply = engine.reply(jobs[index], futures[index].result())
-            version = reply.weights_version
-        _same_weights(versions, index, version)
-        if step is None:
-            yield Piece(index, stream.rest(reply.text), [], [], [], reply.finish, version)
-        elif not stream.stopped:
-            text = stream.feed(step.id)
-            yield Piece(index, text, [step.id], [step.logprob], [step.top], None, version)
+            if gone is not None and gone():
+                raise ConnectionAbortedError("the client went away") from None
 
 
 def _same_weights(versions: list[int | None], index: int, version: int | None) -> None:

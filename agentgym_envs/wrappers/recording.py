@@ -37,7 +37,11 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
 
     Messages are built as: system (reset ``info["system"]``, where the env gives one),
     user (the reset observation), then per step an assistant message (the action text,
-    with ``tool_calls`` from that step's info) and a user message (the observation).
+    with ``tool_calls`` from that step's info) and a user message (the observation). In
+    native tool mode (``tool_mode="native"``) that user message also carries
+    ``native_messages``, the step's ``info["messages"]``: one ``tool`` message per call,
+    under the model's call id, and the user's replies apart; the native SFT export
+    (:func:`agentgym_envs.eval.export.sft_rows`) renders turns of several calls from it.
 
     Args:
         env: the env to record (an agentgym env, or any text env; state hashes and
@@ -117,7 +121,11 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
         ep.messages.append(
             {"role": "assistant", "content": text, "tool_calls": list(info.get("tool_calls", ()))}
         )
-        ep.messages.append({"role": "user", "content": obs})
+        observation: dict[str, Any] = {"role": "user", "content": obs}
+        native = info.get("messages")
+        if native is not None:  # tool_mode="native": the observation split by speaker
+            observation["native_messages"] = [dict(m) for m in native]
+        ep.messages.append(observation)
         ep.fold.step(reward, terminated, truncated, info)
         ep.state_hashes.append(self._state_hash())
         if ep.fold.done:

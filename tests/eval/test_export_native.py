@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tomllib
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -14,11 +15,15 @@ from typing import Any
 import datasets
 import gymnasium as gym
 import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.cli import main
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.tools import ToolKind
 from agentgym_envs.eval.export import export_hf, export_sft, sft_rows
+from agentgym_envs.eval.export_native import NATIVE_DATASETS_MIN
 from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
 from agentgym_envs.wrappers.recording import RecordingWrapper
 
@@ -203,3 +208,104 @@ def test_native_tool_calls_are_for_sft_rows(played: Path, tmp_path: Path, capsys
     assert main([*base, "--format", "hf", "--kind", "episodes"]) == 2
     with TrajectoryStore(played) as store, pytest.raises(ConfigError, match="tool_calls must"):
         list(sft_rows(store, tool_calls="xml"))  # type: ignore[arg-type]
+
+
+# -- episodes played in native tool mode ---------------------------------------------------
+
+
+Calls = list[tuple[str, dict[str, Any]]]
+
+
+def _oracle_turns(env_id: str, options: dict[str, Any]) -> list[Calls]:
+    """The oracle's calls for the episode (seed 0), from a text-mode run, two per turn
+    where both only read (a write stays alone: its gate may need an earlier turn)."""
+    env = gym.make(env_id)
+    env.reset(seed=0, options=options)
+    oracle, tools = env.unwrapped.oracle(), env.unwrapped.toolset  # type: ignore[attr-defined]
+    turns: list[Calls] = []
+    done, pairable = False, False  # pairable: the last turn is one read
+    while not done:
+        action = oracle.act()
+        for call in env.unwrapped.parser.parse(action).calls:  # type: ignore[attr-defined]
+            tool = tools.canonical(call.name)  # the parser gives canonical names
+            shown = (tool.name, dict(call.arguments))  # as the task shows it (renamed)
+            reads = tool.kind is ToolKind.READ
+            if reads and pairable:
+                turns[-1].append(shown)
+                pairable = False
+            else:
+                turns.append([shown])
+                pairable = reads
+        done = any(env.step(action)[2:4])
+    env.close()
+    return turns
+
+
+def _native_action(calls: Calls, prefix: str) -> str:
+    """An OpenAI assistant message calling ``calls`` with ids ``<prefix>_<i>``."""
+    tool_calls = [
+        {"id": f"{prefix}_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+        for i, (n, a) in enumerate(calls)
+    ]
+    return json.dumps({"role": "assistant", "content": None, "tool_calls": tool_calls})
+
+
+@pytest.mark.parametrize("env_id, options", EPISODES, ids=["sokoban", "retail-ood"])
+def test_native_mode_episodes_export_their_multi_call_turns(
+    env_id: str, options: dict[str, Any], tmp_path: Path
+) -> None:
+    """Played natively with two calls per turn and recorded, an episode exports each
+    turn's calls together, answered one ``tool`` message per call id as the env answered
+    them; fed back to the env in native mode, the rows reproduce the episode."""
+    native: dict[str, Any] = {"tool_mode": "native", "max_calls_per_step": 2}
+    answers = []
+    with TrajectoryStore(tmp_path / "native.sqlite") as store:
+        env = RecordingWrapper(gym.make(env_id, **native), store, policy="native")
+        env.reset(seed=0, options=options)
+        for turn, calls in enumerate(_oracle_turns(env_id, options)):
+            step = env.step(_native_action(calls, f"t{turn}"))
+            answers.append(step[4]["messages"])
+            if step[2] or step[3]:
+                break
+        env.close()
+        assert step[4]["outcome"] == "success"
+        (stored,) = (ep for _, ep in store.query())
+        recorded = [m["native_messages"] for m in stored.messages if "native_messages" in m]
+        assert recorded == answers  # the wrapper keeps each step's info["messages"]
+        (row,) = sft_rows(store, tool_calls="native")
+        hf = export_hf(store, tmp_path / "hf", "sft", tool_calls="native")
+    assert hf[0]["messages"] == row["messages"] and hf[0]["tools"] == row["tools"]
+    messages = row["messages"]
+    turns = [m for m in messages if m["role"] == "assistant"]
+    assert len(turns) == len(answers)
+    assert any(len(turn["tool_calls"]) == 2 for turn in turns)  # a turn of several calls
+    replay = gym.make(env_id, **native)
+    _, info = replay.reset(seed=0, options=options)
+    assert messages[0] == {"role": "system", "content": info["system"]}
+    assert messages[1:2] == info["messages"] and row["tools"] == info["tools"]
+    at = 2
+    for turn in turns:
+        assert messages[at] == turn
+        info = replay.step(json.dumps(turn))[4]
+        answer = messages[at + 1 : at + 1 + len(info["messages"])]
+        names = {c["id"]: c["function"]["name"] for c in turn["tool_calls"]}
+        assert [{k: v for k, v in m.items() if k != "name"} for m in answer] == info["messages"]
+        assert [m["name"] for m in answer if m["role"] == "tool"] == [
+            names[m["tool_call_id"]] for m in answer if m["role"] == "tool"
+        ]
+        assert [m["tool_call_id"] for m in answer if m["role"] == "tool"] == list(names)
+        at += 1 + len(answer)
+    assert at == len(messages) and info["outcome"] == "success"
+    replay.close()
+
+
+def test_the_eval_extra_installs_a_datasets_the_native_export_can_use() -> None:
+    """``pip install agentgym-envs[eval]`` must never resolve a ``datasets`` without the
+    ``Json`` type that ``export_hf(..., tool_calls="native")`` needs."""
+    pyproject = Path(__file__).parents[2] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    (pin,) = (r for r in map(Requirement, extras["eval"]) if r.name == "datasets")
+    floors = [Version(s.version) for s in pin.specifier if s.operator in (">=", "==", "~=")]
+    assert floors and max(floors) >= Version(NATIVE_DATASETS_MIN), pin
+    assert Version(datasets.__version__) >= Version(NATIVE_DATASETS_MIN)
+    assert hasattr(datasets, "Json")  # the feature the minimum stands for
