@@ -19,6 +19,7 @@ import difflib
 import inspect
 import itertools
 import json
+import math
 import textwrap
 import typing
 from collections.abc import Iterator, Sequence
@@ -170,8 +171,8 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """How returns become advantages: discounts, baselines, GAE, whitening and branch
-    rollouts."""
+    """How returns become advantages: discounts, baselines, GAE, whitening, branch
+    rollouts and tool credit."""
 
     adv_scale: Literal["std", "none"] = "std"
     """GRPO: divide by the group's reward std, or only subtract the mean."""
@@ -199,6 +200,15 @@ class AdvantageConfig:
     """With --branch: actions compared per branch point, the original's included."""
     branch_max_turns: int = 1
     """With --branch: branch points per episode at most."""
+    tool_credit: float = 0.0
+    """Layered credit for tool steps (0: off): on a turn whose step's parser error blames
+    one part of the action (info["error"]: an unknown tool's name, an invalid argument
+    value, an argument that should not be there, a call's missing or malformed arguments,
+    or the whole action for a parse error), subtract this from the final advantage of
+    that part's tokens only (after baselines, branches, KL and whitening); every other
+    token, a correctly chosen tool name included, keeps its advantage. Never adds credit.
+    Metrics tool_credit_turns, tool_credit_tokens, tool_credit_unplaced (see
+    agentgym_trainers/tool_credit.py)."""
 
 
 @dataclass(frozen=True)
@@ -375,6 +385,16 @@ class TrainConfig:
             raise ConfigError(f"baseline_decay must be in [0, 1), got {a.baseline_decay}")
         if a.branch != "none":
             self._check_branch()
+        if not (math.isfinite(a.tool_credit) and a.tool_credit >= 0):
+            raise ConfigError(
+                "tool_credit must be a finite number >= 0 (the advantage taken from the "
+                f"tokens of a wrong part of a turn; 0 turns it off), got {a.tool_credit}"
+            )
+        if a.tool_credit > 0 and self.algo in IMITATION_ALGOS:
+            raise ConfigError(
+                f"--tool-credit lowers RL advantages, and algo {self.algo} runs no RL "
+                "steps: drop --tool-credit or choose an RL --algo"
+            )
         if self.algo in IMITATION_ALGOS and self.sft.steps < 1:
             raise ConfigError(f"algo {self.algo} needs --sft-steps >= 1")
         from agentgym_trainers.runlog import parse_trackers  # no torch: the CLI stays light

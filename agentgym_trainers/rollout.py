@@ -38,13 +38,14 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
 
 from agentgym_envs.core.episode import EpisodeFold, EpisodeSummary, Truncation
+from agentgym_envs.core.spans import Blame
 from agentgym_envs.distributed.results import SlotResult
 from agentgym_envs.llm.chat import ChatFormat, Message
 from agentgym_envs.llm.generation import Generator, Sample
@@ -105,14 +106,19 @@ class TurnFacts:
     """A policy error (parse, unknown tool, bad arguments, blocked) or a safety gate fired."""
     milestones: int
     """Milestones reached so far."""
+    blame: Blame | None = None
+    """The part of the action a parser error blamed and where it is in the action text
+    (``info["error"]``; :mod:`agentgym_trainers.tool_credit`), or None."""
 
     @classmethod
     def of(cls, info: dict[str, Any]) -> TurnFacts:
         calls = info.get("tool_calls") or ()
+        error = info.get("error")
         return cls(
             tools=tuple(str(c.get("name", "")) for c in calls),
-            error=bool(info.get("error")) or bool(info.get("safety")),
+            error=bool(error) or bool(info.get("safety")),
             milestones=len(info.get("milestones") or ()),
+            blame=Blame.from_info(error) if isinstance(error, Mapping) else None,
         )
 
 

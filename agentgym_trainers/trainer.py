@@ -212,6 +212,9 @@ class Trainer:
     def pad_id(self) -> int:
         return self.chat.pad_id
 
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.chat.decode(ids)
+
     def reference(self) -> torch.nn.Module:
         """The frozen KL reference, taken now if RL has not taken it yet."""
         if self.ref is None:

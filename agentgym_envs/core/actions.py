@@ -30,6 +30,11 @@ the business envs, 40,000 for RepoFix, 8,192 otherwise) is refused with a
 
 Results are cached per parser (parsing is a pure function of the text), so repeated
 actions cost a dictionary lookup.
+
+An error says which part of the action it blames (``ParsedAction.blame``: the whole
+action, a call's tool name, its arguments, one argument, or one argument's value) and
+where that part is in the text; :meth:`ActionParser.call_spans` finds every call's parts
+(``core.spans``), so a trainer can credit the parts of a turn on their own.
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ from typing import Any
 
 from agentgym_envs.core import pyast
 from agentgym_envs.core.errors import did_you_mean
-from agentgym_envs.core.info import ErrorCode
-from agentgym_envs.core.tools import ToolCall, ToolSet
+from agentgym_envs.core.info import ErrorCode, ErrorInfo, ErrorPart
+from agentgym_envs.core.spans import Blame, CallSpans, Span, json_call, json_calls, python_calls
+from agentgym_envs.core.spans import stripped as _stripped
+from agentgym_envs.core.tools import Tool, ToolCall, ToolSet, compile_schema
 
 # Only anchored, bounded patterns: each matches at one position without backtracking
 # over the rest of the text.
@@ -56,10 +63,15 @@ _CACHE_MAX_TEXT = 1024
 
 
 class _ParseFailure(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, part: ErrorPart = ErrorPart.ACTION, argument: str = ""
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.part = part
+        self.argument = argument
+        self.call = 0  # the blamed call's index, counted up as the failure leaves each list
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,15 @@ class ParsedAction:
     error_message: str | None = None
     canonical: str = ""
     """A normal form of the action (for history, loop detection and dedup)."""
+    blame: Blame | None = None
+    """With an error: the part of the action it blames, and where that part is."""
+
+    def error_info(self, message: str) -> ErrorInfo:
+        """``info["error"]`` for this verdict's error (``message`` shown to the agent)."""
+        info: ErrorInfo = {"code": self.error_code or "", "message": message}
+        if self.blame is not None:
+            info.update(self.blame.info())
+        return info
 
 
 class ActionParser:
@@ -115,12 +136,13 @@ class ActionParser:
                 ErrorCode.PARSE_ERROR,
                 f"the action has {len(text)} characters; the limit is {self.max_chars}. "
                 "Send one short tool call.",
+                Blame(ErrorPart.ACTION, span=Span(0, len(text))),
             )
         body = _strip_reasoning(text)
         try:
             raws = self._extract(body)
             if raws is None:
-                return self._plain(body)
+                return self._plain(body, text)
             if not raws:
                 raise _ParseFailure(ErrorCode.PARSE_ERROR, "no tool call found")
             if len(raws) > self.max_calls:
@@ -129,17 +151,122 @@ class ActionParser:
                     f"the action holds {len(raws)} tool calls; at most {self.max_calls} "
                     "per step are allowed",
                 )
-            calls = tuple(self._resolve(name, args) for name, args in raws)
+            calls = tuple(_each(raws, lambda raw: self._resolve(*raw)))
             canonical = ";".join(
                 f"{c.name} {json.dumps(c.arguments, sort_keys=True, default=repr)}" for c in calls
             )
             return ParsedAction(calls=calls, canonical=canonical)
         except _ParseFailure as failure:
-            return _failed(failure.code, failure.message)
+            blame = Blame(failure.part, failure.call, failure.argument)
+            return _failed(failure.code, failure.message, self._placed(blame, text))
         except (RecursionError, MemoryError, ValueError, TypeError) as exc:
             return _failed(
-                ErrorCode.PARSE_ERROR, f"could not parse the action ({type(exc).__name__})"
+                ErrorCode.PARSE_ERROR,
+                f"could not parse the action ({type(exc).__name__})",
+                Blame(ErrorPart.ACTION, span=Span(0, len(text))),
             )
+
+    def _placed(self, blame: Blame, text: str) -> Blame:
+        if blame.part is ErrorPart.ACTION:
+            return blame.placed(text, ())
+        return blame.placed(text, self.call_spans(text))
+
+    # -- spans: where each call's parts are ----------------------------------------------
+
+    def call_spans(self, text: str) -> list[CallSpans]:
+        """Where the parts of each call the parser reads in ``text`` are, in the
+        parser's order of calls (its whole call, tool name, arguments and each
+        argument; ``core.spans``). Also for calls it then rejects (an unknown tool, bad
+        arguments); empty for plain text, text it cannot read as calls, and text over
+        ``max_chars``. Never raises."""
+        if len(text) > self.max_chars:
+            return []
+        body = _body_span(text)
+        try:
+            found = self._locate(text[body.start : body.end])
+        except (SyntaxError, ValueError, TypeError, KeyError, IndexError, RecursionError,
+                MemoryError):  # fmt: skip
+            return []
+        if not self._agrees(text[body.start : body.end], found):
+            return []
+        return [spans.shift(body.start) for spans in found]
+
+    def _agrees(self, body: str, found: list[CallSpans]) -> bool:
+        """Whether the calls found where the parser's extraction finds them (a guard:
+        no spans rather than another call's)."""
+        try:
+            raws = self._extract(body)
+        except _ParseFailure as failure:  # a call it could not read (a non-literal value)
+            return failure.part is not ErrorPart.ACTION
+        except (RecursionError, MemoryError, ValueError, TypeError):
+            return False
+        if raws is None or len(raws) != len(found):
+            return False
+        for (name, args), spans in zip(raws, found, strict=True):
+            keys = set(args) if isinstance(args, dict) else set()
+            if name != spans.tool or keys != {a.name for a in spans.args}:
+                return False
+        return True
+
+    def _locate(self, body: str) -> list[CallSpans]:
+        """``_extract``'s decisions, with spans (relative to ``body``)."""
+        whole = self._locate_whole(body)
+        if whole is not None:
+            return whole
+        if "<tool_call>" in body:
+            return [c for b in _tool_call_block_spans(body) for c in self._locate_block(body, b)]
+        if "```" in body:
+            fences = [s for s in (_stripped(body, *f) for f in _fence_spans(body)) if s[1] > s[0]]
+            if len(fences) == 1:
+                return self._locate_block(body, fences[0])
+        if body.startswith(("{", "[")):
+            return json_calls(body)
+        if _CALL_START.match(body):
+            return python_calls(body, self._params)
+        return self._locate_embedded(body)
+
+    def _locate_whole(self, body: str) -> list[CallSpans] | None:
+        if body.startswith(("{", "[")):
+            try:
+                json.loads(body)
+            except json.JSONDecodeError:
+                return None
+            return json_calls(body)
+        if _CALL_START.match(body) and ("<tool_call>" in body or "```" in body):
+            try:
+                return python_calls(body, self._params)
+            except (SyntaxError, ValueError):
+                return None
+        return None
+
+    def _locate_block(self, body: str, block: Span) -> list[CallSpans]:
+        text = body[block.start : block.end]
+        if text.startswith(("{", "[")):
+            found = json_calls(text)
+        elif _CALL_START.match(text):
+            found = python_calls(text, self._params)
+        else:
+            return []
+        return [spans.shift(block.start) for spans in found]
+
+    def _locate_embedded(self, body: str) -> list[CallSpans]:
+        start, end = body.find("{"), body.rfind("}")
+        if 0 <= start < end:
+            try:
+                data = json.loads(body[start : end + 1])
+            except (json.JSONDecodeError, RecursionError):
+                data = None
+            if isinstance(data, dict) and ({"name", "tool", "function"} & data.keys()):
+                return [json_call(body[start : end + 1], Span(0, end + 1 - start)).shift(start)]
+        last = _last_line_span(body)
+        line = body[last.start : last.end]
+        match = _CALL_NAME.match(line)
+        if match and match.group(1) in self.tools and line.rstrip("; \t").endswith(")"):
+            return self._locate_block(body, last)
+        return []
+
+    def _params(self, name: str) -> tuple[str, ...]:
+        return self.tools[name].param_names if name in self.tools else ()
 
     # -- extraction: text -> list of (name, arguments) or None for plain text --------------
 
@@ -150,7 +277,11 @@ class ActionParser:
         if "<tool_call>" in body:
             calls: list[tuple[str, Any]] = []
             for block in _tool_call_blocks(body):
-                calls.extend(self._calls_from_block(block))
+                try:
+                    calls.extend(self._calls_from_block(block))
+                except _ParseFailure as failure:
+                    failure.call += len(calls)
+                    raise
             return calls
         if "```" in body:
             fences = [f.strip() for f in _fences(body) if f.strip()]
@@ -183,7 +314,7 @@ class ActionParser:
                 if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
             ]
             if calls and len(calls) == len(module.body):
-                return [self._call_from_ast(call) for call in calls]
+                return _each(calls, self._call_from_ast)
         return None
 
     def _calls_from_block(self, block: str) -> list[tuple[str, Any]]:
@@ -220,8 +351,8 @@ class ActionParser:
                 raise _ParseFailure(
                     ErrorCode.PARSE_ERROR, "expected only tool calls like name(arg=...)"
                 )
-            calls.append(self._call_from_ast(stmt.value))
-        return calls
+            calls.append(stmt.value)
+        return _each(calls, self._call_from_ast)
 
     def _call_from_ast(self, node: ast.Call) -> tuple[str, Any]:
         if not isinstance(node.func, ast.Name):
@@ -237,16 +368,25 @@ class ActionParser:
                     ErrorCode.BAD_ARGUMENTS,
                     f"{name} takes at most {len(params)} positional argument(s), got "
                     f"{len(node.args)}; use {self.tools[name].signature()}",
+                    ErrorPart.ARGUMENT,
+                    f"_{len(params)}",  # the first extra one
                 )
             for i, arg in enumerate(node.args):
                 key = params[i] if i < len(params) else f"_{i}"
-                args[key] = _literal(arg)
+                args[key] = _literal(arg, key)
         for kw in node.keywords:
             if kw.arg is None:
-                raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, "**kwargs are not allowed")
+                raise _ParseFailure(
+                    ErrorCode.BAD_ARGUMENTS, "**kwargs are not allowed", ErrorPart.ARGUMENTS
+                )
             if kw.arg in args:
-                raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"argument {kw.arg!r} given twice")
-            args[kw.arg] = _literal(kw.value)
+                raise _ParseFailure(
+                    ErrorCode.BAD_ARGUMENTS,
+                    f"argument {kw.arg!r} given twice",
+                    ErrorPart.ARGUMENT,
+                    kw.arg,
+                )
+            args[kw.arg] = _literal(kw.value, kw.arg)
         return name, args
 
     def _embedded(self, body: str) -> list[tuple[str, Any]] | None:
@@ -273,27 +413,37 @@ class ActionParser:
             raise _ParseFailure(
                 ErrorCode.UNKNOWN_TOOL,
                 f"unknown tool {name!r}.{hint} Available tools: {', '.join(self.tools)}",
+                ErrorPart.NAME,
             )
         if not isinstance(args, dict):
             raise _ParseFailure(
                 ErrorCode.BAD_ARGUMENTS,
                 f"arguments of {name} must be an object, got {type(args).__name__}",
+                ErrorPart.ARGUMENTS,
             )
         extra = [k for k in args if k.startswith("_") and k[1:].isdigit()]
         if extra:
             raise _ParseFailure(
-                ErrorCode.BAD_ARGUMENTS, f"too many positional arguments for {name}"
+                ErrorCode.BAD_ARGUMENTS,
+                f"too many positional arguments for {name}",
+                ErrorPart.ARGUMENT,
+                extra[0],
             )
         error = spec.validate(args)
         if error is not None:
-            raise _ParseFailure(ErrorCode.BAD_ARGUMENTS, f"{error}; use {spec.signature()}")
+            part, argument = _bad_argument(spec, args)
+            raise _ParseFailure(
+                ErrorCode.BAD_ARGUMENTS, f"{error}; use {spec.signature()}", part, argument
+            )
         return ToolCall(name=spec.canonical, arguments=args)
 
-    def _plain(self, text: str) -> ParsedAction:
-        if self.accepts_messages and text.strip():
-            return ParsedAction(message=text.strip(), canonical=f"say {text.strip()}")
+    def _plain(self, body: str, text: str) -> ParsedAction:
+        if self.accepts_messages and body.strip():
+            return ParsedAction(message=body.strip(), canonical=f"say {body.strip()}")
         return _failed(
-            ErrorCode.PARSE_ERROR, "no tool call found" if text.strip() else "the action is empty"
+            ErrorCode.PARSE_ERROR,
+            "no tool call found" if body.strip() else "the action is empty",
+            Blame(ErrorPart.ACTION, span=Span(0, len(text))),
         )
 
 
@@ -302,17 +452,23 @@ class ActionParser:
 
 def _strip_reasoning(text: str) -> str:
     """Drop leading ``<think>...</think>`` blocks (an unclosed one runs to the end)."""
+    body = _body_span(text)
+    return text[body.start : body.end]
+
+
+def _body_span(text: str) -> Span:
+    """Where the text after leading reasoning is, without surrounding whitespace."""
     # ASCII-only lowering keeps every index valid in ``text`` (str.lower can change lengths)
     lowered = text.translate(_ASCII_LOWER)
     if "<think>" not in lowered:
-        return text.strip()
+        return _stripped(text, 0, len(text))
     pos = _skip_space(text, 0)
     while lowered.startswith("<think>", pos):
         close = lowered.find("</think>", pos + len("<think>"))
         if close < 0:
-            return ""
+            return Span(len(text), len(text))
         pos = _skip_space(text, close + len("</think>"))
-    return text[pos:].strip()
+    return _stripped(text, pos, len(text))
 
 
 def _skip_space(text: str, pos: int) -> int:
@@ -323,21 +479,30 @@ def _skip_space(text: str, pos: int) -> int:
 
 def _tool_call_blocks(text: str) -> list[str]:
     """The bodies of ``<tool_call>`` blocks; an unclosed last block runs to the end."""
+    return [text[s.start : s.end] for s in _tool_call_block_spans(text)]
+
+
+def _tool_call_block_spans(text: str) -> list[Span]:
+    """Where the ``<tool_call>`` blocks' bodies are (stripped)."""
     blocks = []
     pos = text.find("<tool_call>")
     while pos >= 0:
         start = pos + len("<tool_call>")
         end = text.find("</tool_call>", start)
         if end < 0:
-            blocks.append(text[start:].strip())
+            blocks.append(_stripped(text, start, len(text)))
             break
-        blocks.append(text[start:end].strip())
+        blocks.append(_stripped(text, start, end))
         pos = text.find("<tool_call>", end + len("</tool_call>"))
     return blocks
 
 
 def _fences(text: str) -> list[str]:
     """The bodies of closed ```fenced``` blocks (the info string and its newline dropped)."""
+    return [text[s.start : s.end] for s in _fence_spans(text)]
+
+
+def _fence_spans(text: str) -> list[Span]:
     bodies = []
     pos = text.find("```")
     while pos >= 0:
@@ -346,7 +511,7 @@ def _fences(text: str) -> list[str]:
         end = text.find("```", start)
         if end < 0:
             break
-        bodies.append(text[start:end])
+        bodies.append(Span(start, end))
         pos = text.find("```", end + 3)
     return bodies
 
@@ -359,8 +524,47 @@ def _last_line(text: str) -> str:
     return ""
 
 
-def _failed(code: str, message: str) -> ParsedAction:
-    return ParsedAction(error_code=code, error_message=message, canonical=f"!{code}")
+def _last_line_span(text: str) -> Span:
+    """Where ``_last_line(text)`` is, stripped (empty at the end if there is none)."""
+    found, pos = Span(len(text), len(text)), 0
+    for line in text.splitlines(keepends=True):
+        if line.strip():
+            found = _stripped(text, pos, pos + len(line))
+        pos += len(line)
+    return found
+
+
+def _failed(code: str, message: str, blame: Blame | None = None) -> ParsedAction:
+    return ParsedAction(error_code=code, error_message=message, canonical=f"!{code}", blame=blame)
+
+
+def _each(items: list[Any], convert: Any) -> list[Any]:
+    """``convert`` of each item; a failure counts the items before it into its call."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(convert(item))
+        except _ParseFailure as failure:
+            failure.call += i
+            raise
+    return out
+
+
+def _bad_argument(spec: Tool, args: dict[str, Any]) -> tuple[ErrorPart, str]:
+    """The part of ``args`` that ``spec.validate`` rejected, checked in its order: a
+    missing required argument blames the arguments as a whole, an undeclared one (in a
+    closed schema) that argument, an invalid value that value."""
+    schema = spec.parameters
+    if any(name not in args for name in schema.get("required", ())):
+        return ErrorPart.ARGUMENTS, ""
+    declared = schema.get("properties", {})
+    for name, value in args.items():
+        if name not in declared:
+            if schema.get("additionalProperties", True) is False:
+                return ErrorPart.ARGUMENT, name
+        elif compile_schema(declared[name], name)(value, name) is not None:
+            return ErrorPart.VALUE, name
+    return ErrorPart.ARGUMENTS, ""
 
 
 FORMAT_NOTE = (
@@ -370,7 +574,11 @@ FORMAT_NOTE = (
 )
 """How to act, as the system prompt states it (``AgentEnv.reset``'s ``info["system"]``)."""
 
-NOT_TEXT = _failed(ErrorCode.PARSE_ERROR, "the action must be text (a str)")
+NOT_TEXT = _failed(
+    ErrorCode.PARSE_ERROR,
+    "the action must be text (a str)",
+    Blame(ErrorPart.ACTION, span=Span(0, 0)),
+)
 """The verdict on an action that is not text (``AgentEnv.step`` got no str or bytes)."""
 
 
@@ -379,7 +587,7 @@ def _calls_from_data(data: Any) -> list[tuple[str, Any]]:
     if isinstance(data, dict) and isinstance(data.get("tool_calls"), list) and data["tool_calls"]:
         data = data["tool_calls"]  # a whole OpenAI assistant message
     items = data if isinstance(data, list) else [data]
-    return [_call_from_object(item) for item in items]
+    return _each(items, _call_from_object)
 
 
 def _call_from_object(item: Any) -> tuple[str, Any]:
@@ -407,12 +615,14 @@ def _call_from_object(item: Any) -> tuple[str, Any]:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as exc:
             raise _ParseFailure(
-                ErrorCode.BAD_ARGUMENTS, f"arguments string is not valid JSON: {exc.msg}"
+                ErrorCode.BAD_ARGUMENTS,
+                f"arguments string is not valid JSON: {exc.msg}",
+                ErrorPart.ARGUMENTS,
             ) from None
     return name, args
 
 
-def _literal(node: ast.expr) -> Any:
+def _literal(node: ast.expr, key: str) -> Any:
     if isinstance(node, ast.Name):  # bareword: move(up) means move("up")
         return node.id
     try:
@@ -421,4 +631,6 @@ def _literal(node: ast.expr) -> Any:
         raise _ParseFailure(
             ErrorCode.BAD_ARGUMENTS,
             "arguments must be literals (strings, numbers, booleans, lists, dicts)",
+            ErrorPart.VALUE,
+            key,
         ) from None

@@ -445,7 +445,7 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         """Steps 2-3 of the loop: gate and run each parsed call (or deliver a message)."""
         turn = Turn()
         if parsed.error_code is not None:
-            turn.error = {"code": parsed.error_code, "message": self._hint(parsed)}
+            turn.error = parsed.error_info(self._hint(parsed))
             turn.errors = 1
             return turn
         if parsed.message is not None:

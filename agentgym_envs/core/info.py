@@ -67,15 +67,44 @@ class ErrorCode(StrEnum):
     INVALID_ACTION = "invalid_action"
 
 
+class ErrorPart(StrEnum):
+    """Which part of the action a parser error blames (``info["error"]["part"]``), so a
+    trainer can credit that part's tokens alone (``core.spans``)."""
+
+    ACTION = "action"
+    """The whole action: it could not be parsed, or it held too many calls."""
+    NAME = "name"
+    """A call's tool name: no such tool."""
+    ARGUMENTS = "arguments"
+    """A call's arguments as a whole: one is missing, or they are not an object."""
+    ARGUMENT = "argument"
+    """One argument, its name and value: it should not be there (undeclared, given
+    twice, an extra positional one)."""
+    VALUE = "value"
+    """One argument's value: the schema rejects it, or it is not a literal."""
+
+
 class ErrorInfo(TypedDict, total=False):
     """``{code, message}``, or empty (falsy) when there is no error.
 
     Empty rather than None because Gymnasium's vector envs merge infos key by key and
     break when one env reports None and another a dict for the same key.
+
+    A parser error also says which part of the action it blames: ``part`` (an
+    :class:`ErrorPart` value), ``call`` (the index of the blamed call among the action's
+    calls; not for ``action``), ``argument`` (the argument's name, a positional one's
+    parameter; for ``argument`` and ``value``) and ``span``, ``[start, end)``: the
+    characters of that part in the action text the parser read (in ``tool_mode="native"``
+    an assistant message without tool calls is read as its content). ``span`` is absent
+    when the part could not be located. Errors of tool handlers and gates blame no part.
     """
 
     code: str
     message: str
+    part: str
+    call: int
+    argument: str
+    span: list[int]
 
 
 class ToolCallInfo(TypedDict):

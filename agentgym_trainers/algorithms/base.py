@@ -41,6 +41,10 @@ class Learner(Protocol):
         """The padding token id."""
         ...
 
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids, special tokens kept (for ``--tool-credit``)."""
+        ...
+
     def evaluate(
         self, seqs: Sequence[TrainSeq], values: bool, model: torch.nn.Module | None = None
     ) -> list[list[float]]:

@@ -11,7 +11,10 @@ advantage is its return measured against its own group, so no critic is needed.
    branches add their sequences (:mod:`agentgym_trainers.branching`);
 4. ``kl_in_reward``: each token's KL penalty is subtracted from its advantage (after the
    baseline, so the penalty is not averaged away within the group);
-5. ``whiten``: scale only, since the baseline already centres the advantages.
+5. ``whiten``: scale only, since the baseline already centres the advantages;
+6. ``tool_credit``: the tokens of the part of a turn the env rejected (a wrong tool name,
+   a wrong argument) lose that much advantage, last, so no other token's moves
+   (:mod:`agentgym_trainers.tool_credit`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from agentgym_trainers.algorithms.base import (
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.branching import branch_credit
 from agentgym_trainers.rollout import Trajectory
+from agentgym_trainers.tool_credit import tool_credit
 
 
 class GroupRelative(Algorithm):
@@ -70,6 +74,8 @@ class GroupRelative(Algorithm):
         # 5. whitening scales only (the baseline already centred the advantages)
         if cfg.advantage.whiten:
             whiten_tokens(seqs, device, shift_mean=False)
+        # 6. the rejected parts of turns lose credit
+        stats.update(tool_credit(trajs, seqs, cfg, self.learner.decode, device))
         stats.update(kept_rate(kept, device))
         return seqs, stats
 

@@ -11,7 +11,10 @@ loss adds its clipped value loss (``vf_coef``, ``vf_clip``).
    state after its last action; a terminated one takes 0;
 5. GAE per trajectory over the stream of its agent tokens (segments in order, observation
    tokens skipped), giving advantages and value targets; the critic's explained variance;
-6. ``whiten``: shift and scale over every process's agent tokens.
+6. ``whiten``: shift and scale over every process's agent tokens;
+7. ``tool_credit``: the tokens of the part of a turn the env rejected lose that much
+   advantage, last, so no other token's moves (an advantage, not a reward, which GAE
+   would spread over the tokens before it; :mod:`agentgym_trainers.tool_credit`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from agentgym_trainers.algorithms.base import (
 )
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.rollout import Trajectory
+from agentgym_trainers.tool_credit import tool_credit
 
 
 class PPO(Algorithm):
@@ -53,6 +57,8 @@ class PPO(Algorithm):
         # 6. whitening shifts and scales
         if cfg.advantage.whiten:
             whiten_tokens(seqs, device, shift_mean=True)
+        # 7. the rejected parts of turns lose credit
+        stats.update(tool_credit(trajs, seqs, cfg, self.learner.decode, device))
         stats.update(kept_rate(kept, device))
         return seqs, stats
 

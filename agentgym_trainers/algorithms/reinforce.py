@@ -10,7 +10,9 @@ return, so no group and no critic are needed.
    ``--branch``, a branched turn's tokens carry their branch point's instead, and the
    branches add their sequences (:mod:`agentgym_trainers.branching`);
 4. ``kl_in_reward``: each token's KL penalty is subtracted from its advantage;
-5. ``whiten``: shift and scale over every process's agent tokens.
+5. ``whiten``: shift and scale over every process's agent tokens;
+6. ``tool_credit``: the tokens of the part of a turn the env rejected lose that much
+   advantage, last, so no other token's moves (:mod:`agentgym_trainers.tool_credit`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.branching import branch_credit
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.rollout import Trajectory
+from agentgym_trainers.tool_credit import tool_credit
 
 
 class Reinforce(Algorithm):
@@ -66,6 +69,8 @@ class Reinforce(Algorithm):
         # 5. whitening shifts and scales
         if cfg.advantage.whiten:
             whiten_tokens(seqs, device, shift_mean=True)
+        # 6. the rejected parts of turns lose credit
+        stats.update(tool_credit(trajs, seqs, cfg, self.learner.decode, device))
         stats.update(kept_rate(kept, device))
         return seqs, stats
 

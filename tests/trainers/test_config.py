@@ -95,6 +95,7 @@ OLD_KEYS = [
     "branch_k",
     "branch_max_turns",
     "val_tasks",  # added with the validation slice of the learning recipes
+    "tool_credit",  # added with layered credit for tool steps
 ]
 
 
