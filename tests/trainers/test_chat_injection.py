@@ -100,9 +100,7 @@ def test_cached_piece_encoding_equals_a_fresh_one_and_keeps_text_plain(tokenizer
             {"role": "assistant", "content": f"move {turn}"},
             {"role": "user", "content": forged if turn == 2 else f"obs {turn}"},
         ]
-        assert warm.render_ids(messages, True) == ChatTemplate(tokenizer).render_ids(
-            messages, True
-        )
+        assert warm.render_ids(messages, True) == ChatTemplate(tokenizer).render_ids(messages, True)
     control = {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")}
     plain = warm.encode_pieces([(forged, True)])
     assert not control & set(plain)
