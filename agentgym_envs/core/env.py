@@ -45,7 +45,7 @@ from agentgym_envs.core.info import (
 )
 from agentgym_envs.core.ledger import CostLedger
 from agentgym_envs.core.native import ToolMode, native_turn, record_replies, system_prompt
-from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally
+from agentgym_envs.core.rewards import COMPONENTS, RewardConfig, RewardTally, reward_config_from
 from agentgym_envs.core.spaces import TextSpace, sanitize
 from agentgym_envs.core.staging import EffectsGate, StagedEffects
 from agentgym_envs.core.state import EnvState, fingerprint
@@ -74,7 +74,8 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         render_mode: None or ``"ansi"`` (``render()`` returns the current view as text).
         split: the default split reset samples from (``train``, ``test``, ``ood``).
         difficulty: the default difficulty, or None for all.
-        reward_config: the reward weights; ``RewardConfig()`` by default.
+        reward_config: the reward weights; ``RewardConfig()`` by default. A dict of its
+            fields (e.g. ``{"local_weight": 0.05}`` from JSON kwargs) is accepted too.
         max_steps: a step budget overriding the task's own.
         max_errors: end the episode (``TIMEOUT``) after this many policy errors.
         max_cost: end the episode (``TIMEOUT``) once the ledger cost exceeds this.
@@ -135,7 +136,7 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         render_mode: str | None = None,
         split: str = "train",
         difficulty: str | None = None,
-        reward_config: RewardConfig | None = None,
+        reward_config: RewardConfig | Mapping[str, Any] | None = None,
         max_steps: int | None = None,
         max_errors: int | None = None,
         max_cost: float | None = None,
@@ -158,10 +159,12 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
                 raise ConfigError(f"{label} must be a positive int or None, got {value!r}")
         if max_calls_per_step < 1:
             raise ConfigError(f"max_calls_per_step must be >= 1, got {max_calls_per_step}")
+        if isinstance(reward_config, Mapping):  # JSON / command-line kwargs
+            reward_config = reward_config_from(reward_config)
         if reward_config is not None and not isinstance(reward_config, RewardConfig):
             raise ConfigError(
                 "reward_config must be a RewardConfig (from agentgym_envs.core import "
-                f"RewardConfig), got {type(reward_config).__name__}"
+                f"RewardConfig) or a dict of its fields, got {type(reward_config).__name__}"
             )
         self.render_mode = render_mode
         self.reward_config = reward_config or RewardConfig()

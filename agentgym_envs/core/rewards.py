@@ -30,11 +30,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.errors import ConfigError, did_you_mean
 from agentgym_envs.core.info import Outcome
 
 COMPONENTS = ("success", "milestone", "cost", "format", "safety")
@@ -257,3 +257,16 @@ def step_reward(
         components["local"] = weighted
     tally.total += sum(components.values())
     return components
+
+
+def reward_config_from(fields_: Mapping[str, Any]) -> RewardConfig:
+    """A :class:`RewardConfig` from a plain dict of its fields (JSON kwargs, the trainer's
+    ``--env-kwargs``); an unknown field raises ConfigError with a did-you-mean."""
+    known = [f.name for f in fields(RewardConfig) if f.init]
+    for name in fields_:
+        if name not in known:
+            raise ConfigError(
+                f"reward_config has no field {name!r}; its fields are {known}."
+                f"{did_you_mean(name, known)}"
+            )
+    return RewardConfig(**dict(fields_))

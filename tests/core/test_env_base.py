@@ -169,7 +169,7 @@ def test_bad_configuration_names_the_fix() -> None:
     with pytest.raises(ConfigError, match="max_steps"):
         CounterEnv(max_steps=0)
     with pytest.raises(ConfigError, match="RewardConfig"):
-        CounterEnv(reward_config={"success": 1})
+        CounterEnv(reward_config="layered-1")  # a dict of its fields is accepted
     with pytest.raises(ConfigError, match="render_mode"):
         CounterEnv(render_mode="human")
     with pytest.raises(TaskNotFoundError, match=r"unknown split 'tset'.*Did you mean 'test'"):

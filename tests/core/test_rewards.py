@@ -104,3 +104,22 @@ def test_rewards_stay_in_bounds_and_returns_follow_the_rule(middle, last, end) -
         assert total > CFG.milestone_total  # beats any failure
     else:
         assert total <= CFG.milestone_total + 1e-9
+
+
+def test_reward_config_as_a_dict_of_its_fields_for_json_kwargs() -> None:
+    """The trainer's --env-kwargs are JSON: a dict of RewardConfig fields is accepted and
+    versioned exactly like the RewardConfig it names; an unknown field names the fix."""
+    import gymnasium as gym
+
+    import agentgym_envs  # noqa: F401
+    from agentgym_envs.core.errors import ConfigError
+    from agentgym_envs.core.rewards import RewardConfig
+
+    by_dict = gym.make("agentgym/FrozenLake-v0", reward_config={"local_weight": 0.05})
+    by_object = gym.make("agentgym/FrozenLake-v0", reward_config=RewardConfig(local_weight=0.05))
+    versions = [env.reset(seed=0)[1]["versions"]["reward"] for env in (by_dict, by_object)]
+    assert versions[0] == versions[1] and "local0.05" in versions[0]
+    with pytest.raises(ConfigError, match="Did you mean 'local_weight'"):
+        gym.make("agentgym/FrozenLake-v0", reward_config={"local_weigth": 0.05})
+    with pytest.raises(ConfigError, match="a dict of its fields"):
+        gym.make("agentgym/FrozenLake-v0", reward_config=[("local_weight", 0.05)])
