@@ -96,6 +96,7 @@ class _Tab:
         self.violations: list[tuple[str, str]] = []
         self.context: Any = None
         self.page: Any = None
+        self.cdp: Any = None  # the page's DevTools session (its session history)
 
     @classmethod
     async def open(
@@ -145,6 +146,38 @@ class _Tab:
 
     async def goto(self, path: str) -> None:
         await self.page.goto(self.base + path, wait_until="domcontentloaded")
+
+    async def history(self) -> tuple[tuple[str, ...], int]:
+        """The page's session history (what ``back()`` walks), read from Chromium: the
+        paths of its entries after the blank page every tab opens on, and the current
+        entry's index (0: that blank page, ``k``: the ``k``-th path). Entries off the
+        site (a blocked navigation's error page) cannot be opened again: left out."""
+        if self.cdp is None:
+            self.cdp = await self.context.new_cdp_session(self.page)
+        found = await self.cdp.send("Page.getNavigationHistory")
+        paths: list[str] = []
+        current = 0
+        for i, entry in enumerate(found["entries"]):
+            url = str(entry["url"])
+            if url == self.base or url.startswith(self.base + "/"):
+                paths.append(url[len(self.base) :] or "/")
+            if i == found["currentIndex"]:
+                current = len(paths)
+        return tuple(paths), current
+
+    async def restore_history(self, paths: Sequence[str], current: int) -> None:
+        """Make :meth:`history` ``(paths, current)`` the page's: a history of the blank
+        page alone, each path opened in turn, then back to the current entry (where the
+        page is left). Every page is no-store, so each shows the database as it is now,
+        as the original's would have (a back navigation loads its page again)."""
+        if self.cdp is None:
+            self.cdp = await self.context.new_cdp_session(self.page)
+        await self.page.goto("about:blank")
+        await self.cdp.send("Page.resetNavigationHistory")
+        for path in paths:
+            await self.goto(path)
+        for _ in range(len(paths) - current):
+            await self.page.go_back(wait_until="domcontentloaded")
 
     async def observe(self, budget: int) -> dict[str, Any]:
         """The walker's view of the page, once the page says it is ready (one evaluate
@@ -210,17 +243,23 @@ class _Tab:
         await target.select_option(label=matches[0], timeout=3000)
 
     async def form_state(self) -> dict[str, Any]:
+        """The page's form fields, its scroll offset and the focused element (where
+        ``press`` types and Tab moves from), by bid."""
         script = """() => Object.fromEntries(Array.from(
             document.querySelectorAll('input[data-bid],select[data-bid],textarea[data-bid]'))
             .map(e => [e.dataset.bid, (e.type === 'checkbox' || e.type === 'radio') ? e.checked
                        : e.value]))"""
         fields: dict[str, Any] = await self.page.evaluate(script)
-        return {"fields": fields, "scroll": await self.page.evaluate("Math.round(window.scrollY)")}
+        focus = await self.page.evaluate("document.activeElement?.dataset?.bid ?? null")
+        scroll = await self.page.evaluate("Math.round(window.scrollY)")
+        return {"fields": fields, "scroll": scroll, "focus": focus}
 
     async def restore_form(self, state: dict[str, Any]) -> None:
         script = """(s) => { for (const [bid, v] of Object.entries(s.fields)) {
               const e = document.querySelector(`[data-bid="${bid}"]`); if (!e) continue;
               if (typeof v === 'boolean') e.checked = v; else e.value = v; }
+            const f = s.focus == null ? null : document.querySelector(`[data-bid="${s.focus}"]`);
+            if (f) f.focus({preventScroll: true});
             window.scrollTo(0, s.scroll); }"""
         await self.page.evaluate(script, state)
 
@@ -499,9 +538,10 @@ class WebShopEnv(AgentEnv):
     def _get_world(self) -> Any:
         assert self._tab is not None
         form = self._run(self._tab.form_state)
+        # the page is the current entry of its history
         return (
             self.site.snapshot_tenant(self.tenant),
-            self._view.get("path", "/"),
+            self._run(self._tab.history),
             json.dumps(form, sort_keys=True),
             self._answer,
             self._visited,
@@ -513,13 +553,14 @@ class WebShopEnv(AgentEnv):
                 tasks.placed_orders(self._conn(), self._task.spec))  # fmt: skip
 
     def _set_world(self, world: Any) -> None:
-        data, path, form, answer, visited = world
+        data, (history, current), form, answer, visited = world
         self.site.restore_tenant(self.tenant, data)
         self._guard_site()  # a snapshot holds no violation: the episode would have stopped
         if self._tab is None:
             self._open_tab()
         assert self._tab is not None
-        self._run(self._tab.goto, path)
+        # the page, and the history behind it that back() walks (not this tab's own)
+        self._run(self._tab.restore_history, history, current)
         self._run(self._tab.observe, self.obs_budget)  # numbers the elements again
         self._run(self._tab.restore_form, json.loads(form))
         self._answer, self._visited = answer, tuple(visited)
