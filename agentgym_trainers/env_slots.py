@@ -14,9 +14,13 @@ which two classes satisfy:
 
 Both answer with the pool's :class:`~agentgym_envs.distributed.results.SlotResult`, so a
 crash looks the same wherever the env lives (``crashed``, ``error``, an ``env_error``
-info). Both take and restore snapshots of a slot's episode through the public snapshot
-API (``env.unwrapped.get_state()``/``set_state()``), which branch rollouts use; state
-that wrappers keep outside the env (Gymnasium's ``TimeLimit`` count) is not in it.
+info). A :class:`~agentgym_envs.core.errors.ConfigError` the env raises (its settings
+cannot work: a ``local_weight`` too large for its step budget, an unknown difficulty)
+is no crash: both raise it, and the run stops with its message instead of masking every
+episode as an ``env_error``. Both take and restore snapshots of a slot's episode
+through the public snapshot API (``env.unwrapped.get_state()``/``set_state()``), which
+branch rollouts use; state that wrappers keep outside the env (Gymnasium's
+``TimeLimit`` count) is not in it.
 
 Scripted policies that need the live env (the oracle of the SFT warm start) run next to
 it: in-process they get the env, on a pool only :func:`oracle_script` is
@@ -109,6 +113,8 @@ class LocalEnvSlots:
         opts = dict(options) if options is not None else None
         try:
             obs, info = self.envs[i].reset(seed=seed, options=opts)
+        except ConfigError:  # a configuration mistake: the run stops with its fix
+            raise
         except Exception as exc:  # an env crash is an env error, never a policy failure
             return self._crashed(i, Call.RESET, exc)
         self._was_reset[i] = True
@@ -138,6 +144,8 @@ class LocalEnvSlots:
                 env.reset(seed=0)
                 self._was_reset[i] = True
             inner.set_state(state)
+        except ConfigError:
+            raise
         except Exception as exc:
             return self._crashed(i, Call.RESET, exc)
         return SlotResult(i, Call.RESET)
@@ -149,6 +157,8 @@ class LocalEnvSlots:
     def _step(self, i: int, action: str) -> SlotResult:
         try:
             obs, reward, terminated, truncated, info = self.envs[i].step(action)
+        except ConfigError:
+            raise
         except Exception as exc:
             return self._crashed(i, Call.STEP, exc)
         return SlotResult(i, Call.STEP, obs, float(reward), terminated, truncated, info)
@@ -179,10 +189,10 @@ class PoolEnvSlots:
         return len(self.pool)
 
     def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
-        return self.pool.reset(i, seed, options)
+        return _config_checked(self.pool.reset(i, seed, options))
 
     def step_many(self, actions: Sequence[tuple[int, str]]) -> list[SlotResult]:
-        return self.pool.step_many(actions)
+        return [_config_checked(r) for r in self.pool.step_many(actions)]
 
     def script(self, i: int, script: Script) -> Callable[[], str]:
         """Raises:
@@ -206,6 +216,8 @@ class PoolEnvSlots:
     def set_state(self, i: int, state: Any) -> SlotResult:
         try:
             self.pool.set_state(i, state)
+        except ConfigError:  # raised in the actor (Ray's error is an instance of it)
+            raise
         except ActorLost as exc:
             return crashed_result(i, Call.RESET, CrashCode.EPISODE_LOST, str(exc))
         except Exception as exc:  # the env's own exception, raised in its actor
@@ -224,6 +236,16 @@ class PoolEnvSlots:
             # crashed (episode_lost), which ends the episode as an env_error
             log.warning("slot %d: the oracle's actor was lost (%s)", i, exc)
             return ""
+
+
+def _config_checked(result: SlotResult) -> SlotResult:
+    """``result``, unless the env raised a ConfigError in its actor: that is raised here.
+
+    Raises:
+        ConfigError: the env refused its configuration (the pool's ``config_error``)."""
+    if result.code is CrashCode.CONFIG_ERROR:
+        raise ConfigError(result.error)
+    return result
 
 
 def snapshot_api(env: gym.Env[Any, Any]) -> Any:

@@ -14,7 +14,7 @@ the rest of the turn:
    arguments; a parse error or too many calls the whole action. A valid call, a message
    to the user, and the errors of tool handlers and safety gates blame nothing;
 2. the blamed characters become tokens of the turn's sampled ids: each token's
-   characters are found by decoding the ids prefix by prefix (tokens that end inside a
+   characters are found by decoding the ids token by token (tokens that end inside a
    character share it with the next), and every token that overlaps the blamed span is
    blamed. A blamed whole action is every sampled token of the turn, its end-of-turn
    token included;
@@ -60,36 +60,73 @@ Decode = Callable[[Sequence[int]], str]
 """Token ids to text, special tokens kept (``ChatFormat.decode``)."""
 
 
+MAX_RUN = 16
+"""Tokens a run may hold (a character is at most 4 byte tokens): past that the ids no
+longer give back the action, and the search ends there."""
+
+
 def blamed_tokens(decode: Decode, ids: Sequence[int], action: str, span: Span) -> range | None:
     """The indices of ``ids`` (one turn's sampled tokens, whose text is ``action``
     followed by nothing or an end-of-turn token) whose characters overlap ``span`` of
     ``action``; None when none does or the ids do not decode to ``action``.
 
-    Each token's characters are found by decoding ``ids`` prefix by prefix: a prefix
-    whose text is a prefix of ``action`` ends a run of tokens at that character; a
-    prefix that is not (its last token ends inside a multi-byte character) joins the
+    Each token's characters are found as if by decoding ``ids`` prefix by prefix: a
+    prefix whose text is a prefix of ``action`` ends a run of tokens at that character;
+    a prefix that is not (its last token ends inside a multi-byte character) joins the
     next run. Decoding stops at the first run past the span.
+
+    The prefixes are never decoded whole (that would decode the turn's tokens a number
+    of times that grows with its square): a prefix's text past the last run's start is
+    what decoding from the run before adds to that run's own text (decoding from an
+    earlier token keeps a tokenizer's start-of-text rules, such as a dropped leading
+    space, off the new text), so each token is decoded a few times. The two ends of
+    the answer are checked against whole decodes; if they disagree nothing is placed.
     """
     start, end = span
     if not 0 <= start < end <= len(action):
         return None
     first = last = -1
+    first_chars = last_chars = 0  # the characters before token ``first``, up to ``last``
     run_start, run_chars = 0, 0  # the current run's first token and first character
+    context = 0  # where windows start: the start of the run before the current one
+    head = ""  # decode(ids[context:run_start])
     for i in range(1, len(ids) + 1):
-        prefix = decode(ids[:i])
-        if action.startswith(prefix):
-            chars = len(prefix)
-        elif prefix.startswith(action):
+        if i - run_start > MAX_RUN:
+            break  # the ids stopped giving back the action
+        window = decode(ids[context:i])
+        if not window.startswith(head):
+            continue  # the new token changed the text before it: no boundary here
+        new = window[len(head) :]  # the text of ids[run_start:i] after what came before
+        if action.startswith(new, run_chars):
+            chars = run_chars + len(new)
+        elif new.startswith(action[run_chars:]):
             chars = len(action)  # past the action's text (its end-of-turn token)
         else:
             continue  # inside a character: the run goes on
         if run_chars < end and chars > start:
-            first = run_start if first < 0 else first
-            last = i - 1
-        run_start, run_chars = i, chars
+            if first < 0:
+                first, first_chars = run_start, run_chars
+            last, last_chars = i - 1, chars
         if chars >= end:
             break
-    return range(first, last + 1) if first >= 0 else None
+        context, head = run_start, decode(ids[run_start:i])
+        run_start, run_chars = i, chars
+    if first < 0:
+        return None
+    if not _decodes_to(decode, ids[:first], action, first_chars) or not _decodes_to(
+        decode, ids[: last + 1], action, last_chars
+    ):
+        return None  # a tokenizer whose windows decode unlike the whole: never misplace
+    return range(first, last + 1)
+
+
+def _decodes_to(decode: Decode, ids: Sequence[int], action: str, chars: int) -> bool:
+    """Whether ``ids`` decode whole to the first ``chars`` characters of ``action``
+    (all of them: its text, then possibly an end-of-turn token's)."""
+    if not ids:
+        return chars == 0
+    text = decode(ids)
+    return text.startswith(action) if chars == len(action) else text == action[:chars]
 
 
 def tool_credit(

@@ -395,6 +395,8 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
             action = self._native.begin(action, self._step + 1)
         if isinstance(action, str):
             parsed = self.parser.parse(action)
+            if self._native is not None:  # its blame's span counted in the whole message
+                parsed = self._native.in_action(parsed)
         elif isinstance(action, bytes | bytearray):
             action = bytes(action).decode("utf-8", errors="replace")
             parsed = self.parser.parse(action)

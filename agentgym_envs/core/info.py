@@ -94,9 +94,10 @@ class ErrorInfo(TypedDict, total=False):
     :class:`ErrorPart` value), ``call`` (the index of the blamed call among the action's
     calls; not for ``action``), ``argument`` (the argument's name, a positional one's
     parameter; for ``argument`` and ``value``) and ``span``, ``[start, end)``: the
-    characters of that part in the action text the parser read (in ``tool_mode="native"``
-    an assistant message without tool calls is read as its content). ``span`` is absent
-    when the part could not be located. Errors of tool handlers and gates blame no part.
+    characters of that part in the action text (in ``tool_mode="native"`` an assistant
+    message without tool calls is read as its content, and the span is mapped back into
+    the message through its JSON escapes). ``span`` is absent when the part could not be
+    located. Errors of tool handlers and gates blame no part.
     """
 
     code: str

@@ -9,8 +9,9 @@ native tools and send the model's assistant message back as the action:
 * the action may be the assistant message as JSON, ``{"role": "assistant", "content":
   ..., "tool_calls": [{"id": "call_x", "type": "function", "function": {...}}]}`` (or its
   ``tool_calls`` list, or one entry); a message without tool calls is its ``content``
-  (text for the user where the env has one). Every text form of the default mode is still
-  accepted;
+  (text for the user where the env has one; ``info["error"]["span"]`` still counts in
+  the action, the whole message, through the JSON string's escapes). Every text form of
+  the default mode is still accepted;
 * ``info["messages"]`` splits the observation by speaker, as the chat needs it: one
   ``tool`` message per native call of the action, answering the model's own
   ``tool_call_id`` with that call's result (a call that reached the simulated user
@@ -28,16 +29,18 @@ native tools and send the model's assistant message back as the action:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from agentgym_envs.core.actions import FORMAT_NOTE
+from agentgym_envs.core.actions import FORMAT_NOTE, ParsedAction
 from agentgym_envs.core.errors import ConfigError, did_you_mean
-from agentgym_envs.core.info import ToolStatus
+from agentgym_envs.core.info import ErrorPart, ToolStatus
 from agentgym_envs.core.spaces import sanitize
+from agentgym_envs.core.spans import Span, content_chars
 from agentgym_envs.core.tools import ToolResult
 from agentgym_envs.core.variants import rename_calls
 
@@ -145,19 +148,25 @@ class NativeTurn:
         self._messages: list[dict[str, Any]] = []
         self._loose: list[str] = []  # results of calls the model wrote as text
         self._step = 0
+        # when the parsed text is a message's content: the action's length, and where
+        # each content character is in the action (None: not placeable there)
+        self._content: tuple[int, list[Span] | None] | None = None
 
     def begin(self, action: str, step: int) -> str:
         """Start a step; the text to parse: an assistant message without tool calls is
         its content, anything else is parsed as it is."""
         self.ids, self.heard, self.tail, self._messages, self._loose = [], [], [], [], []
-        self._step = step
+        self._step, self._content = step, None
         data = _message(action, self.max_action_chars)
         if (
             isinstance(data, dict)
             and data.get("role") == "assistant"
             and not data.get("tool_calls")
         ):
-            return _content_text(data.get("content"))
+            text = _content_text(data.get("content"))
+            chars = content_chars(action)
+            self._content = (len(action), chars if chars and len(chars) == len(text) else None)
+            return text
         if isinstance(data, dict):
             calls = data.get("tool_calls")
             entries = calls if isinstance(calls, list) else [data]
@@ -169,6 +178,22 @@ class NativeTurn:
         if len(self.ids) != len(entries) or len(set(self.ids)) != len(self.ids):
             self.ids = []  # only a complete, unambiguous set of ids maps onto the calls
         return action
+
+    def in_action(self, parsed: ParsedAction) -> ParsedAction:
+        """``parsed`` (the verdict on the text :meth:`begin` returned) with its blame's
+        span counted in the action: a message's content maps back through the JSON
+        string's escapes; a blamed whole action is the whole message; a span that cannot
+        be mapped is dropped (nothing is blamed rather than the wrong characters)."""
+        blame = parsed.blame
+        if self._content is None or blame is None or blame.span is None:
+            return parsed
+        length, chars = self._content
+        span: Span | None = None
+        if blame.part is ErrorPart.ACTION:
+            span = Span(0, length)
+        elif chars is not None and 0 <= blame.span.start < blame.span.end <= len(chars):
+            span = Span(chars[blame.span.start].start, chars[blame.span.end - 1].end)
+        return dataclasses.replace(parsed, blame=dataclasses.replace(blame, span=span))
 
     def call_id(self, index: int) -> str:
         """The id of the action's ``index``-th call: the model's, else the env's."""

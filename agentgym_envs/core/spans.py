@@ -12,7 +12,9 @@ what the parser reads:
   ``scanstring``): a value's span ends where ``json.loads`` stopped reading it, and of
   duplicate keys the last counts, as in ``json.loads``;
 * JSON strings with their escapes, for OpenAI's arguments written as a JSON string:
-  the spans inside the decoded string are mapped back onto the escaped text;
+  the spans inside the decoded string are mapped back onto the escaped text (and the
+  same for an assistant message's ``content``, which native tool mode parses:
+  :func:`content_chars`);
 * Python call lines through :mod:`ast` positions (which count UTF-8 bytes per line,
   turned into characters here).
 
@@ -247,6 +249,55 @@ def json_call(text: str, item: Span) -> CallSpans:
     return CallSpans(item, _inner(text, literal), tool, where, args)
 
 
+def content_chars(text: str) -> list[Span] | None:
+    """Where each character of a JSON assistant message's ``content`` is in ``text``
+    (escapes map back to their whole escape sequence); the content is a string, or the
+    concatenated ``text`` of its parts of type ``"text"``, as native tool mode reads it.
+    None when ``text`` is no such JSON object or a part's text is no JSON string."""
+    try:
+        root = _json_value(text, len(text) - len(text.lstrip()))
+        members = _members(text, root)
+        if members is None or "content" not in members:
+            return None
+        value = members["content"][1]
+        literals = [value] if text[value.start] == '"' else _text_parts(text, value)
+    except (ValueError, RecursionError):
+        return None
+    if literals is None:
+        return None
+    out: list[Span] = []
+    for literal in literals:
+        decoded = _unescape(text, literal)
+        if decoded is None:
+            return None
+        at = decoded[1]
+        out += [Span(at[k], at[k + 1]) for k in range(len(at) - 1)]
+    return out
+
+
+def _text_parts(text: str, span: Span) -> list[Span] | None:
+    """The ``text`` string literals of the ``"text"`` parts of the JSON list at ``span``
+    (None: no list, or a text part whose text is no string)."""
+    items = _items(text, span)
+    if items is None:
+        return None
+    out: list[Span] = []
+    for item in items:
+        members = _members(text, item)
+        if members is None or "type" not in members:
+            continue
+        kind = members["type"][1]
+        if json.loads(text[kind.start : kind.end]) != "text":
+            continue
+        if "text" not in members:
+            continue  # a text part without text adds nothing
+        literal = members["text"][1]
+        if text[literal.start] != '"':
+            return None
+        out.append(literal)
+    return out
+
+
 def _skip(text: str, pos: int) -> int:
     while pos < len(text) and text[pos] in _JSON_SPACE:
         pos += 1
@@ -444,6 +495,7 @@ __all__ = [
     "Blame",
     "CallSpans",
     "Span",
+    "content_chars",
     "free_text",
     "json_call",
     "json_calls",

@@ -13,9 +13,11 @@ the actor hosted into an ``env_error``: the calls in flight come back as crashed
 results (``outcome == ENV_ERROR``, ``episode_valid`` False, ``truncated`` True for a
 step), and a slot whose episode was lost answers its next step the same way. The actor
 is restarted at once; the next ``reset`` of each slot plays on the new one. An exception
-raised by the env itself ends only that slot's episode. Once a result said a slot's
-episode crashed, the slot refuses further steps (``episode_ended``) until it is reset:
-the env inside may still be live, but the episode was reported over.
+raised by the env itself ends only that slot's episode (a ConfigError comes back as a
+``config_error`` result, which the trainer's slots raise: a mistake, not a crash). Once
+a result said a slot's episode crashed, the slot refuses further steps
+(``episode_ended``) until it is reset: the env inside may still be live, but the
+episode was reported over.
 
 Backpressure: at most ``max_in_flight`` calls are outstanding; a submit beyond that
 waits for one to finish (its result is kept for the next :meth:`RayEnvPool.wait`).
@@ -444,6 +446,11 @@ class RayEnvPool:
         except ray.exceptions.RayTaskError as exc:  # the env raised; the actor lives
             message = f"env {flight.call.value} failed on its actor: {_describe(exc)}"
             logger.warning("slot %d: %s", i, message)
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ConfigError):
+                # the env refused its settings: a trainer stops the run on it (every
+                # episode would fail the same way) rather than mask every episode
+                return self._crashed(i, flight.call, CrashCode.CONFIG_ERROR, str(cause))
             return self._crashed(i, flight.call, CrashCode.ENV_EXCEPTION, message)
         except ray.exceptions.RayError as exc:
             self._restart(flight.actor, flight.generation, _describe(exc))

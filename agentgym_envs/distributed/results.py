@@ -23,6 +23,7 @@ class CrashCode(StrEnum):
     ACTOR_DIED = "actor_died"  # the actor process died (killed, OOM, os._exit)
     STEP_TIMEOUT = "step_timeout"  # a call ran past step_timeout_s: the actor was killed
     ENV_EXCEPTION = "env_exception"  # the env raised; its actor lives on
+    CONFIG_ERROR = "config_error"  # the env raised a ConfigError: a mistake, not a crash
     EPISODE_LOST = "episode_lost"  # the slot's actor was restarted since the slot's reset
     EPISODE_ENDED = "episode_ended"  # stepped after a crashed result ended the episode
 

@@ -18,7 +18,6 @@ from agentgym_envs.core import (
     ToolCall,
     ToolKind,
     ToolResult,
-    ToolStatus,
     tool,
 )
 from agentgym_envs.core.errors import did_you_mean
@@ -136,7 +135,8 @@ class DungeonEnv(AgentEnv):
 
     name = "Dungeon"
     family = "games"
-    step_checks_version = "1"  # progress, no_irreversible_error, no_wasted_action
+    # progress, no_irreversible_error, no_wasted_action (2: a call a fault refused is free)
+    step_checks_version = "2"
     version = "0"
     verifier_version = "1"
     task_file = "games/dungeon.jsonl"
@@ -153,6 +153,7 @@ class DungeonEnv(AgentEnv):
         self._world: World = parse_world(_EMPTY_SPEC)
         self._room = self._held = self._unlocked = self._opened = 0
         self._status = ALIVE
+        self._wasted_at = -1  # the step whose call the state refused (no_wasted_action)
         self._milestone_lists: dict[int, list[Milestone]] = {}
 
     def variant(self) -> str:
@@ -182,11 +183,11 @@ class DungeonEnv(AgentEnv):
             return ToolResult("You step into the pit and fall into the dark.")
         found = w.exits[self._room].get(direction)
         if found is None:
-            return ToolResult.failure("no_exit", f"There is no exit {direction} from here.")
+            return self._refused("no_exit", f"There is no exit {direction} from here.")
         to, door, _ = found
         if door >= 0 and not self._unlocked >> door & 1:
             colour = w.doors[door]
-            return ToolResult.failure(
+            return self._refused(
                 "locked",
                 f"The {colour} door to the {direction} is locked; the {colour} key opens it.",
             )
@@ -202,11 +203,11 @@ class DungeonEnv(AgentEnv):
         w = self._world
         i = w.lookup.get(normalize(item))
         if i is not None and self._held >> i & 1:
-            return ToolResult.failure("already_held", f"You already carry the {w.items[i].name}.")
+            return self._refused("already_held", f"You already carry the {w.items[i].name}.")
         if i is None or i not in visible_items(w, self._get_world()):
             return self._not_here(item)
         if w.items[i].kind == CONTAINER:
-            return ToolResult.failure(
+            return self._refused(
                 "not_portable", f"The {w.items[i].name} is too heavy to carry; use it to open it."
             )
         self._held |= 1 << i
@@ -228,7 +229,7 @@ class DungeonEnv(AgentEnv):
         thing = w.items[i]
         if thing.kind == CONTAINER:
             if self._opened >> i & 1:
-                return ToolResult.failure("already_open", f"The {thing.name} is already open.")
+                return self._refused("already_open", f"The {thing.name} is already open.")
             self._opened |= 1 << i
             inside = [
                 w.items[j].label for j in w.room_items[self._room] if w.items[j].container == i
@@ -236,7 +237,7 @@ class DungeonEnv(AgentEnv):
             found = ", ".join(inside) if inside else "nothing"
             return ToolResult(f"You open the {thing.name}. Inside you find {found}.")
         if not self._held >> i & 1:
-            return ToolResult.failure("not_held", f"Take the {thing.name} first.")
+            return self._refused("not_held", f"Take the {thing.name} first.")
         if thing.kind == CURSED:  # reached only when no gate guards the curse
             self._status = CURSE_USED
             self._held &= ~(1 << w.goal)
@@ -245,17 +246,21 @@ class DungeonEnv(AgentEnv):
                 f"The {thing.name} flares black. Somewhere the {goal} crumbles to dust."
             )
         if thing.kind != KEY:
-            return ToolResult.failure("no_effect", f"You use the {thing.name}. Nothing happens.")
+            return self._refused("no_effect", f"You use the {thing.name}. Nothing happens.")
         self._unlocked, text, code = unlock(w, self._get_world(), i, target)
-        return ToolResult(text) if code is None else ToolResult.failure(code, text)
+        return ToolResult(text) if code is None else self._refused(code, text)
+
+    def _refused(self, code: str, text: str) -> ToolResult:
+        """A call the world's state makes fail: marked for ``no_wasted_action`` here, in
+        the handler, so a call an injected fault refused (it never ran) is not charged."""
+        self._wasted_at = self.steps_taken
+        return ToolResult.failure(code, text)
 
     def _not_here(self, item: str) -> ToolResult:
         w = self._world
         seen = [w.items[i].name for i in visible_items(w, self._get_world())]
         listing = f" Items here: {', '.join(seen)}." if seen else " There are no items here."
-        return ToolResult.failure(
-            "no_such_item", f"There is no {item!r} here or in your pack.{listing}"
-        )
+        return self._refused("no_such_item", f"There is no {item!r} here or in your pack.{listing}")
 
     # -- world hooks ------------------------------------------------------------------
 
@@ -268,6 +273,7 @@ class DungeonEnv(AgentEnv):
 
     def _set_world(self, world: State) -> None:
         self._room, self._held, self._unlocked, self._opened, self._status = world
+        self._wasted_at = -1  # a restored branch: its next step is not the one marked
 
     def render_view(self) -> str:
         w = self._world
@@ -343,9 +349,10 @@ class DungeonEnv(AgentEnv):
         """The core's checks (``progress``: the milestone share: keys, doors, goal room),
         ``no_irreversible_error``: -1 after a fall into a pit or a cursed item used, and
         ``no_wasted_action``: -0.25 for a call the state made fail (``no_exit``, ``locked``,
-        ``not_held``...: the world is unchanged, and the room and inventory showed why)."""
+        ``not_held``...: the world is unchanged, and the room and inventory showed why); a
+        call an injected fault refused is the environment's noise, never charged."""
         irreversible = StepCheck("no_irreversible_error", 0.0 if self._status == ALIVE else -1.0)
-        failed = ToolStatus.ERROR in facts.statuses
+        failed = self._wasted_at == self.steps_taken
         wasted = StepCheck("no_wasted_action", -WASTED.max_score if failed else 0.0)
         return refined(super().step_checks(facts), irreversible, wasted)
 

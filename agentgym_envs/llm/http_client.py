@@ -258,11 +258,16 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
-    """The ``error.message`` of an OpenAI error body, else the start of the body."""
+    """The ``error.message`` of an OpenAI error body, else the start of the body.
+
+    Never raises: a body that cannot be read (the connection dropped, or the body ended
+    before its Content-Length: ``http.client.IncompleteRead``) gives the status reason,
+    so the caller still raises its :class:`HttpCallError` (retried by status)."""
     try:
         raw = exc.read()
-    except OSError:
-        return exc.reason if isinstance(exc.reason, str) else ""
+    except (OSError, http.client.HTTPException) as read_error:
+        reason = exc.reason if isinstance(exc.reason, str) else ""
+        return f"{reason} (the error body could not be read: {type(read_error).__name__})"
     try:
         return str(json.loads(raw)["error"]["message"])
     except (ValueError, KeyError, TypeError):

@@ -9,10 +9,18 @@ it, so an observation (a web page, a tool result, an injected prompt) that conta
 text, encodes the template's pieces with special tokens parsed, and each message's text
 with special tokens split into plain text. The marker holds a random nonce, so message
 text cannot imitate it.
+
+A fast tokenizer keeps "split special tokens" as state of its Rust backend that every
+``encode`` call sets, then reads, so two threads encoding on one tokenizer (the handler
+threads of ``agentgym serve``, a rollout thread and the learner, any other code holding
+the tokenizer) could encode message text with special tokens parsed. The template
+therefore encodes on two private copies of the tokenizer, one that always splits
+special tokens and one that never does: nothing toggles a setting another encode reads.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import secrets
 import threading
@@ -35,6 +43,7 @@ class ChatTemplate:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
+        self._encoders = _encoders(tokenizer)
         nonce = secrets.token_hex(8)
         self._open, self._close = f"\ue000{nonce}:", f":{nonce}\ue001"
         self._marker = re.compile(re.escape(self._open) + r"(\d+)" + re.escape(self._close))
@@ -42,14 +51,17 @@ class ChatTemplate:
         self._lock = threading.Lock()
         self._check_verbatim()
 
-    def __getstate__(self) -> dict[str, Any]:  # picklable (a lock is not): cache dropped
+    def __getstate__(self) -> dict[str, Any]:
+        # picklable (a lock is not); the cache and the private copies are dropped (a
+        # smaller payload) and rebuilt from the tokenizer
         state = {**self.__dict__, "_encoded": {}}
-        del state["_lock"]
+        del state["_lock"], state["_encoders"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._encoders = _encoders(self.tokenizer)
 
     def render_text(
         self,
@@ -95,14 +107,16 @@ class ChatTemplate:
 
         Each piece is encoded on its own, so a piece's ids never depend on its
         neighbours: they are kept (a bounded cache), and re-rendering a growing chat
-        encodes only its new pieces."""
+        encodes only its new pieces. Safe to call from several threads at once."""
         ids: list[int] = []
         for piece in pieces:
             known = self._encoded.get(piece)
             if known is None:
                 text, is_message = piece
+                # the copy that always passes the same flag: never a toggle another
+                # thread's encode could read
                 known = tuple(
-                    self.tokenizer.encode(
+                    self._encoders[is_message].encode(
                         text, add_special_tokens=False, split_special_tokens=is_message
                     )
                 )
@@ -152,6 +166,20 @@ class ChatTemplate:
                 "text cannot be encoded apart from the template's markers; use a template "
                 "that writes message content verbatim (ChatML, for example)"
             )
+
+
+def _encoders(tokenizer: Any) -> tuple[Any, Any]:
+    """Two private copies of a tokenizer: (special tokens parsed, special tokens split).
+
+    Each copy is set once to the one value it is always called with, so concurrent
+    encodes on it never change what another reads (see the module docstring)."""
+    out = []
+    for split in (False, True):
+        private = copy.deepcopy(tokenizer)
+        private.split_special_tokens = split  # the default of every encode on it
+        private.encode("", add_special_tokens=False, split_special_tokens=split)  # sets it
+        out.append(private)
+    return out[0], out[1]
 
 
 def _drop_prefix(pieces: Sequence[Piece], n: int) -> list[Piece]:

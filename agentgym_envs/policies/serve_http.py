@@ -495,11 +495,23 @@ class Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         """Whether the client closed the connection while its reply is generated: it
         sends nothing after its request, so a readable socket that yields no byte
-        means it left (a pipelined next request would be bytes: not gone)."""
+        means it left (a pipelined next request would be bytes: not gone).
+
+        ``poll``, not ``select``: ``select`` refuses descriptors of 1024 or more (a busy
+        server has them), and such a refusal is no sign that the client left."""
+        fd = self.connection.fileno()
+        if fd < 0:  # closed on our side
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):  # reset, or already closed
+            events = poller.poll(0)
+            if not events:
+                return False
+            if events[0][1] & select.POLLNVAL:  # the descriptor is no longer open
+                return True
+            return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
+        except OSError:  # reset by the client
             return True
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:

@@ -257,3 +257,37 @@ def test_a_native_call_runs_the_tool_the_model_called() -> None:
     assert not info["error"], info["error"]  # it was refused as a parse_error
     assert [c["name"] for c in info["tool_calls"]] == ["respond"]
     assert [c["arguments"] for c in info["tool_calls"]] == [{"message": fenced}]
+
+
+@pytest.mark.parametrize(
+    ("content", "entry"),
+    [
+        ('add(n=1,  # \u00e9\U0001f600 "q"\n    m=2)', "m=2"),  # escapes before the part
+        ('add(n=1, m="\u00e9\U0001f600\\n\\"x")', 'm="\u00e9\U0001f600\\n\\"x"'),  # inside it
+        (
+            [
+                {"type": "text", "text": "add(n=1, "},
+                {"type": "image"},
+                {"type": "text", "text": "m=2)"},
+            ],
+            "m=2",
+        ),
+    ],
+    ids=["escapes-before", "escapes-inside", "text-parts"],
+)
+def test_native_content_blame_spans_count_in_the_whole_message(content: Any, entry: str) -> None:
+    """The parser reads a message's content; its blame's span maps back through the JSON
+    escapes onto the characters of the message the agent sent (the trainer's action)."""
+    env = CounterEnv(tool_mode="native")
+    env.reset(seed=0)
+    for ensure_ascii in (True, False):
+        action = json.dumps({"role": "assistant", "content": content}, ensure_ascii=ensure_ascii)
+        *_, info = env.step(action)
+        assert (info["error"]["part"], info["error"]["argument"]) == ("argument", "m")
+        start, end = info["error"]["span"]
+        assert json.loads(f'"{action[start:end]}"') == entry  # the escaped entry, decoded
+    broken = json.dumps({"role": "assistant", "content": "add(n=1"})
+    *_, info = env.step(broken)
+    assert info["error"]["part"] == "action"  # a whole-action blame: the whole message
+    assert info["error"]["span"] == [0, len(broken)]
+    env.close()

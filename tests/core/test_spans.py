@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from agentgym_envs.core import ActionParser, ErrorCode, Tool, ToolSet
 from agentgym_envs.core.info import ErrorPart
-from agentgym_envs.core.spans import Blame, CallSpans, Span, free_text
+from agentgym_envs.core.spans import Blame, CallSpans, Span, content_chars, free_text
 from tests.core.counter_env import CounterEnv
 
 
@@ -449,3 +449,23 @@ def test_spans_of_arbitrary_text_never_raise_and_stay_in_the_text(pieces: list[s
             assert any(
                 s.call.start <= blame.span.start <= blame.span.end <= s.call.end for s in found
             )
+
+
+def test_content_chars_map_a_messages_content_back_through_its_escapes() -> None:
+    text = ' {"role": "assistant", "content": "a\\u00e9\\n\\ud83d\\ude00b"}'
+    chars = content_chars(text)
+    assert chars is not None
+    assert [text[s.start : s.end] for s in chars] == ["a", "\\u00e9", "\\n", "\\ud83d\\ude00", "b"]
+    parts = (
+        '{"content": [{"type": "text", "text": "x"}, {"type": "image"}, '
+        '{"text": "y", "type": "text"}]}'
+    )
+    assert [parts[s.start : s.end] for s in content_chars(parts) or []] == ["x", "y"]
+    # no such object, or a text part whose text is no string: nothing to map onto
+    for bad in (
+        '{"content": [{"type": "text", "text": 5}]}',
+        "[1]",
+        '{"role": "user"}',
+        "add(n=1)",
+    ):
+        assert content_chars(bad) is None

@@ -121,3 +121,37 @@ def test_dungeon_a_call_the_room_refuses_is_wasted() -> None:
     *_, info = env.step("look()")
     assert info["step_checks"]["no_wasted_action"] == 0.0
     env.close()
+
+
+def test_dungeon_does_not_charge_a_call_an_injected_fault_refused() -> None:
+    env = gym.make(
+        "agentgym/Dungeon-v0", reward_config=LOCAL, faults={"rate": 1.0, "kinds": ["rate_limit"]}
+    )
+    try:
+        env.reset(seed=0)
+        *_, info = env.step("look()")  # a valid read; the fault refused it
+        assert info["tool_calls"][0]["fault"] == "rate_limit"
+        assert info["error"]["code"] == "rate_limited"
+        assert info["step_checks"]["no_wasted_action"] == 0.0
+        assert info["versions"]["reward"].endswith("+local0.01+checks2")
+    finally:
+        env.close()
+
+
+def test_dungeon_a_refused_call_is_not_wasted_in_a_branch_restored_before_it() -> None:
+    task = find_task(lambda t: True)
+    env = gym.make("agentgym/Dungeon-v0", reward_config=LOCAL)
+    start(env, task)
+    dungeon = env.unwrapped
+    before = dungeon.get_state()
+    blocked = next(
+        d
+        for d in ("north", "south", "east", "west")
+        if d not in dungeon._world.exits[dungeon._room]
+    )
+    *_, info = env.step(f'go(direction="{blocked}")')
+    assert info["step_checks"]["no_wasted_action"] == -0.25
+    dungeon.set_state(before)  # a branch from before the refusal: its step 1 is a read
+    *_, info = env.step("look()")
+    assert info["step_checks"]["no_wasted_action"] == 0.0
+    env.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from agentgym_envs.policies.serve import ChatServer, start_server
+from agentgym_envs.policies.serve_stream import GONE_POLL_S
 
 LONG = 1500  # tokens: far more than a row samples before its client's exit is seen
 TOOLS = [{"type": "function", "function": {"name": "look", "parameters": {"type": "object"}}}]
@@ -128,7 +131,9 @@ def test_a_client_that_leaves_mid_stream_cancels_its_rows(
     settled(server)
     cancelled, sampled = server.batcher.cancelled_rows, server.batcher.tokens_sampled
     client = Client(url, path, body)
-    client.read_events_until(wanted)  # the rows are generating now
+    client.read_events_until(wanted)
+    # the role chunks go out before the rows are queued: wait until they are
+    wait_for(lambda: server.batcher.pending > 0, "the rows to reach the batcher")
     client.leave()
     settled(server)
     assert server.batcher.cancelled_rows == cancelled + rows
@@ -198,3 +203,46 @@ def test_rows_sharing_a_batch_with_a_cancelled_one_are_untouched(
     assert server.batcher.cancelled_rows == cancelled + 1
     assert answer[0]["choices"] == alone["choices"]
     assert answer[0]["usage"] == alone["usage"]
+
+
+@pytest.fixture
+def high_descriptors() -> Iterator[None]:
+    """Hold enough descriptors open that the next sockets get numbers above 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"needs an open-file limit of 1300, the hard limit is {hard}")
+    if soft != resource.RLIM_INFINITY and soft < 1300:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1300, hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_live_client_on_a_high_descriptor_gets_its_reply(
+    served: tuple[ChatServer, str], high_descriptors: None
+) -> None:
+    """``select`` refuses descriptors of 1024 or more; the disconnect check must not take
+    that refusal for a client that left (its rows cancelled, no reply)."""
+    server, url = served
+    settled(server)
+    cancelled = server.batcher.cancelled_rows
+    body = {"model": "tiny", "prompt": "Hi", "max_tokens": 3, "temperature": 0}
+    with server.batcher.hold():  # the row waits while the handler polls the client
+        client = Client(url, "/completions", body)
+        assert client.conn.sock is not None and client.conn.sock.fileno() >= 1024
+        wait_for(
+            lambda: server.batcher.pending > 0 or server.batcher.cancelled_rows > cancelled,
+            "the request to reach the batcher",
+        )
+        time.sleep(4 * GONE_POLL_S)  # several disconnect polls while the client waits
+    try:
+        response = client.conn.getresponse()
+        assert response.status == 200
+        assert json.loads(response.read())["choices"][0]["finish_reason"] in ("stop", "length")
+        assert server.batcher.cancelled_rows == cancelled
+    finally:
+        client.leave()

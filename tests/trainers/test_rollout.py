@@ -9,11 +9,14 @@ import pytest
 import torch
 
 import agentgym_envs  # noqa: F401
+from agentgym_envs.core import RewardConfig
 from agentgym_envs.core.episode import Truncation
+from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner
+from tests.core.counter_env import CounterEnv
 
 
 def oracle(env: gym.Env[Any, Any]) -> Any:
@@ -227,3 +230,24 @@ def test_static_engine_skips_idle_rows_on_cpu_and_leaves_their_cache_alone(
         torch.testing.assert_close(got[row], want, rtol=0, atol=1e-5)
     for before, k in zip(idle_k, engine.k, strict=True):
         assert torch.equal(before, k[0])
+
+
+def test_a_local_weight_too_large_for_the_env_fails_the_rollout(tokenizer: Any) -> None:
+    """A ConfigError from the env (its settings cannot work) stops the rollout with its
+    message; it is no env crash, which would mask every episode as an env_error."""
+    too_large = RewardConfig(local_weight=0.5)  # CounterEnv's bound is 0.075
+    with pytest.raises(ConfigError, match="local_weight"):
+        CounterEnv(reward_config=too_large).reset(seed=0)  # the env itself says so
+    r = RolloutRunner(
+        lambda: CounterEnv(reward_config=too_large),
+        ChatFormat(tokenizer),
+        None,  # type: ignore[arg-type]  # scripted: no sampler is called
+        n_envs=1,
+        max_new_tokens=16,
+        max_context=512,
+    )
+    try:
+        with pytest.raises(ConfigError, match="local_weight"):
+            r.collect([RolloutJob(None, 0, 0)], 0, script=lambda env: lambda: "add(n=1)")
+    finally:
+        r.close()

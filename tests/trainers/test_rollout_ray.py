@@ -193,6 +193,22 @@ def test_a_pool_runs_only_the_oracle_as_a_script(
         r.close()
 
 
+def test_a_config_error_in_an_actor_stops_the_rollout_with_its_message(
+    ray_cluster: LocalCluster, tokenizer: Any
+) -> None:
+    """A local_weight too large for the env raises ConfigError at reset in the actor: the
+    rollout raises it (not an env_error for every episode, a masked run)."""
+    from agentgym_envs.core import RewardConfig
+
+    too_large = {**SHORT, "reward_config": RewardConfig(local_weight=0.5)}
+    r = runner(tokenizer, None, on_pool(**too_large), **too_large)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(ConfigError, match="local_weight"):
+            r.collect(JOBS[:1], 0, script=oracle_script)
+    finally:
+        r.close()
+
+
 def test_bad_env_backend_settings_are_refused_with_the_fix() -> None:
     from agentgym_trainers.config import TrainConfig, parse
 

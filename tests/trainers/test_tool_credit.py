@@ -4,6 +4,7 @@ it; a valid call changes nothing; the credit never adds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from agentgym_trainers.algorithms.registry import make_algorithm
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.rollout import RolloutJob, Segment, Trajectory, TurnFacts
-from agentgym_trainers.tool_credit import blamed_tokens, tool_credit
+from agentgym_trainers.tool_credit import Decode, blamed_tokens, tool_credit
 from agentgym_trainers.trainer import Trainer
 from tests.core.counter_env import CounterEnv
 from tests.trainers.test_branching import make_config as branch_config
@@ -182,6 +183,28 @@ def owner_turn(branch: Trajectory, s: TrainSeq) -> int:
 # -- tokens of a span ------------------------------------------------------------------------
 
 
+def test_native_mode_blame_never_lands_on_other_tokens(tokenizer: Any) -> None:
+    """In native mode a message without tool calls is parsed as its content; the blame's
+    span counts in the action the trainer records (the whole JSON message)."""
+    env = CounterEnv(tool_mode="native")
+    env.reset(seed=0)
+    action = json.dumps({"role": "assistant", "content": "add(n=1, m=2)"})
+    *_, info = env.step(action)
+    blame = TurnFacts.of(dict(info)).blame  # what the trainer keeps for the turn
+    assert blame is not None and blame.part is ErrorPart.ARGUMENT and blame.span is not None
+    assert action[blame.span.start : blame.span.end] == "m=2"
+
+    def decode(ids: Sequence[int]) -> str:
+        return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    ids = tokenizer.encode(action, add_special_tokens=False)
+    assert decode(ids) == action  # the sampled ids give back the recorded action
+    where = blamed_tokens(decode, ids, action, blame.span)
+    assert where is not None and "m=2" in decode(ids[where.start : where.stop])
+    assert "assistant" not in decode(ids[where.start : where.stop])
+    env.close()
+
+
 def test_blamed_tokens_of_unicode_text(tokenizer: Any) -> None:
     """Emoji and accents are split across byte-level tokens: a token that ends inside
     a character is blamed with the next; the blamed tokens cover the span, no more."""
@@ -205,6 +228,70 @@ def test_blamed_tokens_of_unicode_text(tokenizer: Any) -> None:
     assert blamed_tokens(decode, ids, action, Span(3, 3)) is None  # empty
     assert blamed_tokens(decode, ids, action, Span(0, len(action) + 1)) is None
     assert blamed_tokens(decode, ids, "something else", Span(0, 4)) is None
+
+
+def prefix_by_prefix(decode: Decode, ids: Sequence[int], action: str, span: Span) -> range | None:
+    """The placement by its definition: every prefix of ``ids`` decoded whole (the
+    reference blamed_tokens must agree with; its work grows with the square of the turn)."""
+    first = last = -1
+    run_start, run_chars = 0, 0
+    for i in range(1, len(ids) + 1):
+        prefix = decode(ids[:i])
+        if action.startswith(prefix):
+            chars = len(prefix)
+        elif prefix.startswith(action):
+            chars = len(action)
+        else:
+            continue
+        if run_chars < span.end and chars > span.start:
+            first = run_start if first < 0 else first
+            last = i - 1
+        run_start, run_chars = i, chars
+        if chars >= span.end:
+            break
+    return range(first, last + 1) if first >= 0 else None
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        'note(text="ü😀日本 x") then add(n=1)',
+        '{"name": "write", "arguments": {"text": "  déjà vu\\n\\t«»  ", "mode": "x"}}',
+        "   leading spaces, then 🧪🧪 and a tail",
+    ],
+)
+def test_blamed_tokens_equal_the_prefix_by_prefix_placement(tokenizer: Any, action: str) -> None:
+    ids = [*tokenizer.encode(action, add_special_tokens=False), tokenizer.eos_token_id]
+
+    def decode(x: Sequence[int]) -> str:
+        return str(tokenizer.decode(list(x), skip_special_tokens=False))
+
+    n = len(action)
+    spans = {Span(a, b) for a in range(0, n, 3) for b in (a + 1, a + 4, a + 11, n) if a < b <= n}
+    for span in sorted(spans):
+        assert blamed_tokens(decode, ids, action, span) == prefix_by_prefix(
+            decode, ids, action, span
+        ), span
+
+
+def test_placing_a_blame_decodes_each_token_a_bounded_number_of_times(tokenizer: Any) -> None:
+    """Decoding every prefix of a turn costs the square of its length (~1.7 s for one
+    blamed 4,000-token edit); each token is decoded a few times instead."""
+    decoded = [0]
+
+    def decode(ids: Sequence[int]) -> str:
+        decoded[0] += len(ids)
+        return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    body = "x = compute(value) + 1\n" * 60
+    action = json.dumps({"name": "write", "arguments": {"text": body, "mode": "bogus"}})
+    ids = tokenizer.encode(action, add_special_tokens=False)
+    start = action.rindex("bogus")
+    where = blamed_tokens(decode, ids, action, Span(start, start + len("bogus")))
+    assert where is not None and "bogus" in decode(ids[where.start : where.stop])
+    decoded[0] = 0
+    blamed_tokens(decode, ids, action, Span(start, start + len("bogus")))
+    assert decoded[0] <= 8 * len(ids), f"{decoded[0]} tokens decoded for a {len(ids)}-token turn"
 
 
 # -- it never adds -------------------------------------------------------------------------
