@@ -239,7 +239,11 @@ class Brancher:
         """Choose the points of ``trajs`` (played with ``checkpoints=True``; turns drawn
         with the seed and ``step``), play their branches with the runner's sampler
         (recorded as ``policy_version``) and attach them to their trajectories
-        (``Trajectory.branches``); the checkpoints are freed."""
+        (``Trajectory.branches``); the checkpoints are freed.
+
+        Points are chosen before the algorithm drops groups, so an episode of a group
+        that GRPO/RLOO later drop (fewer than 2 valid members) is branched too: its cost
+        counts in ``branch_cost``, its credit is never used."""
         rng = np.random.default_rng([self.seed, 11, step])
         points: list[tuple[int, int]] = []
         for i, traj in enumerate(trajs):

@@ -159,15 +159,8 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
                 raise ConfigError(f"{label} must be a positive int or None, got {value!r}")
         if max_calls_per_step < 1:
             raise ConfigError(f"max_calls_per_step must be >= 1, got {max_calls_per_step}")
-        if isinstance(reward_config, Mapping):  # JSON / command-line kwargs
-            reward_config = reward_config_from(reward_config)
-        if reward_config is not None and not isinstance(reward_config, RewardConfig):
-            raise ConfigError(
-                "reward_config must be a RewardConfig (from agentgym_envs.core import "
-                f"RewardConfig) or a dict of its fields, got {type(reward_config).__name__}"
-            )
         self.render_mode = render_mode
-        self.reward_config = reward_config or RewardConfig()
+        self.reward_config = reward_config_from(reward_config)  # or a dict of its fields
         self.max_steps = max_steps
         self.max_errors = max_errors
         self.max_cost = max_cost

@@ -259,14 +259,32 @@ def step_reward(
     return components
 
 
-def reward_config_from(fields_: Mapping[str, Any]) -> RewardConfig:
-    """A :class:`RewardConfig` from a plain dict of its fields (JSON kwargs, the trainer's
-    ``--env-kwargs``); an unknown field raises ConfigError with a did-you-mean."""
+def reward_config_from(given: RewardConfig | Mapping[str, Any] | None) -> RewardConfig:
+    """The env's reward config from what its constructor was given: a
+    :class:`RewardConfig`, a plain dict of its fields (JSON kwargs, the trainer's
+    ``--env-kwargs``) or None (the default). A wrong type, an unknown field or a
+    non-numeric weight raises ConfigError naming the fix."""
+    if given is None:
+        return RewardConfig()
+    if isinstance(given, RewardConfig):
+        return given
+    if not isinstance(given, Mapping):
+        raise ConfigError(
+            "reward_config must be a RewardConfig (from agentgym_envs.core import "
+            f"RewardConfig) or a dict of its fields, got {type(given).__name__}"
+        )
     known = [f.name for f in fields(RewardConfig) if f.init]
-    for name in fields_:
+    for name, value in given.items():
         if name not in known:
             raise ConfigError(
                 f"reward_config has no field {name!r}; its fields are {known}."
                 f"{did_you_mean(name, known)}"
             )
-    return RewardConfig(**dict(fields_))
+        if name == "version":
+            ok, kind = isinstance(value, str), "a string"
+        else:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            kind = "a number"
+        if not ok:
+            raise ConfigError(f"reward_config[{name!r}] must be {kind}, got {value!r}")
+    return RewardConfig(**dict(given))

@@ -12,11 +12,12 @@ Two tool modes:
 * ``text``: only messages are sent; the reply's text is the action (the env's system
   prompt already describes the tools and the call format).
 
-Transient failures (HTTP 408/429/5xx, refused or dropped connections, timeouts, replies
-that are not chat completions) are retried with exponential backoff and seeded jitter,
-honouring ``Retry-After``. When the retries run out, or on a permanent error (400, 401,
-404, ...), the slot's action is the empty string and ``last_usage`` says ``failed=1``:
-``act`` never raises, so one bad request does not end an evaluation.
+Transient failures (HTTP 408, 409, 425, 429, 500, 502, 503 and 504, refused or dropped
+connections, timeouts, replies that are not chat completions) are retried with
+exponential backoff and seeded jitter, honouring ``Retry-After``. When the retries run
+out, or on a permanent error (400, 401, 404, 501, ...), the slot's action is the empty
+string and ``last_usage`` says ``failed=1``: ``act`` never raises, so one bad request does
+not end an evaluation.
 """
 
 from __future__ import annotations

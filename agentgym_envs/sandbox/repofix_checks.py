@@ -125,15 +125,16 @@ class VisibleTests:
         Raises:
             SandboxError: the sandbox itself failed (the tool reports ``env_error``).
         """
+        if not eligible:  # never cached: the key leaves out the protected files that
+            return 0.0  # made it ineligible, so the same code without them must still pay
         key = code_key(task_id, changes)
         if key in self._levels:
             return self._levels[key]
         level = 0.0
-        if eligible:
-            base = self._baseline(task_id, repo, template)
-            if base.failing:
-                measured = visible_level(self._run(repo, template, changes, base), base)
-                level = 0.0 if measured is None else measured
+        base = self._baseline(task_id, repo, template)
+        if base.failing:
+            measured = visible_level(self._run(repo, template, changes, base), base)
+            level = 0.0 if measured is None else measured
         if len(self._levels) >= MAX_KEPT:
             self._levels.clear()
         self._levels[key] = level

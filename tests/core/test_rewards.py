@@ -123,3 +123,6 @@ def test_reward_config_as_a_dict_of_its_fields_for_json_kwargs() -> None:
         gym.make("agentgym/FrozenLake-v0", reward_config={"local_weigth": 0.05})
     with pytest.raises(ConfigError, match="a dict of its fields"):
         gym.make("agentgym/FrozenLake-v0", reward_config=[("local_weight", 0.05)])
+    for bad in ({"local_weight": "0.05"}, {"success": None}, {"hard_fail": True}):
+        with pytest.raises(ConfigError, match="must be a number"):
+            gym.make("agentgym/FrozenLake-v0", reward_config=bad)

@@ -55,6 +55,26 @@ def test_code_key_ignores_protected_files_and_tells_tasks_apart() -> None:
     assert code_key("t", code) != code_key("u", code)
 
 
+def test_an_ineligible_state_is_not_cached_for_the_same_code_without_its_hook() -> None:
+    """A fix plus a conftest hook is ineligible (0, nothing runs); the same fix without
+    the hook has the same code key and must still be measured, not read back as 0."""
+    from agentgym_envs.sandbox.repofix_checks import VisibleTests
+
+    runs: list[dict[str, str | None]] = []
+    checks = VisibleTests(spaces=None, runner=None)  # type: ignore[arg-type]
+    base = Baseline(failing=("f1",), passing=())
+    checks._baseline = lambda *_: base  # type: ignore[method-assign]
+    checks._run = lambda _r, _t, changes, _b: (  # type: ignore[method-assign]
+        runs.append(dict(changes)) or _run({"f1": "passed"})
+    )
+    fix = {"pkg/core.py": "x = 1\n"}
+    hooked = {**fix, "conftest.py": "import sys\n"}
+    assert checks.measure("t", "repo", None, hooked, eligible=False) == 0.0  # type: ignore[arg-type]
+    assert runs == []
+    assert checks.measure("t", "repo", None, fix, eligible=True) == 1.0  # type: ignore[arg-type]
+    assert runs == [fix]
+
+
 # -- in the sandbox -------------------------------------------------------------------------
 
 

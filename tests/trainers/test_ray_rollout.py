@@ -77,7 +77,7 @@ def test_the_ray_worker_plays_what_the_thread_worker_plays(
             worker.start()
             groups = worker.take(2, timeout_s=120)
             got.append([t for g in groups for t in g.trajectories])
-        stats, waited = remote.stats()
+        stats, _ = remote.stats()
         with pytest.raises(RolloutWorkerError, match="submit their jobs first"):
             remote.take(1, timeout_s=60)  # raised in the actor, re-raised here
     finally:
@@ -89,7 +89,6 @@ def test_the_ray_worker_plays_what_the_thread_worker_plays(
     assert [facts(t) for t in there] == [facts(t) for t in here]
     assert all(t.turn_versions == [0] for t in there)
     assert stats.generated_tokens == sum(s.agent_tokens for t in there for s in t.segments)
-    assert waited >= 0.0
     remote.close()  # idempotent
     with pytest.raises(ClosedError):
         remote.take(1, timeout_s=1)
