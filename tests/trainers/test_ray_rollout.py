@@ -62,10 +62,15 @@ def facts(t: Trajectory) -> dict[str, Any]:
 
 
 def test_the_ray_worker_plays_what_the_thread_worker_plays(
-    ray_cluster: LocalCluster, tmp_path: Path, tokenizer: Any
+    ray_cluster: LocalCluster, tmp_path: Path, tokenizer: Any, request: Any
 ) -> None:
-    """Same config, weights and random stream: the actor's episodes equal the in-process
-    worker's, token for token; close() ends the actor and frees its CPU."""
+    """Same config, weights, random stream and torch thread count: the actor's episodes
+    equal the in-process worker's, token for token; close() ends the actor and frees its
+    CPU. (The actor computes with the 1 CPU it asks for; float sums, and so the sampled
+    tokens, depend on the thread count, so the in-process worker uses 1 thread too.)"""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     trainer = Trainer(ray_config(tmp_path, ray_cluster))
     jobs = trainer.jobs(0)
     thread, remote = local_worker(trainer), ray_worker(trainer)
