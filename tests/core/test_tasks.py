@@ -68,6 +68,7 @@ def test_the_suggested_task_id_is_the_nearest() -> None:
     assert closest("zzz", ids) is None and closest("x", []) is None
 
 
+@pytest.mark.slow  # a minute of subprocesses; the stored-tasks test checks regeneration
 def test_generators_do_not_depend_on_string_hashing() -> None:
     """Set iteration order changes with PYTHONHASHSEED; generators must not follow it."""
     import subprocess
