@@ -250,14 +250,10 @@ class ActionParser:
         return [spans.shift(block.start) for spans in found]
 
     def _locate_embedded(self, body: str) -> list[CallSpans]:
-        start, end = body.find("{"), body.rfind("}")
-        if 0 <= start < end:
-            try:
-                data = json.loads(body[start : end + 1])
-            except (json.JSONDecodeError, RecursionError):
-                data = None
-            if isinstance(data, dict) and ({"name", "tool", "function"} & data.keys()):
-                return [json_call(body[start : end + 1], Span(0, end + 1 - start)).shift(start)]
+        embedded = _embedded_object(body)
+        if embedded is not None:
+            start, end, _ = embedded
+            return [json_call(body[start:end], Span(0, end - start)).shift(start)]
         last = _last_line_span(body)
         line = body[last.start : last.end]
         match = _CALL_NAME.match(line)
@@ -390,14 +386,9 @@ class ActionParser:
         return name, args
 
     def _embedded(self, body: str) -> list[tuple[str, Any]] | None:
-        start, end = body.find("{"), body.rfind("}")
-        if 0 <= start < end:
-            try:
-                data = json.loads(body[start : end + 1])
-            except (json.JSONDecodeError, RecursionError):
-                data = None
-            if isinstance(data, dict) and ({"name", "tool", "function"} & data.keys()):
-                return [_call_from_object(data)]
+        embedded = _embedded_object(body)
+        if embedded is not None:
+            return [_call_from_object(embedded[2])]
         last = _last_line(body)
         match = _CALL_NAME.match(last)
         if match and match.group(1) in self.tools and last.rstrip("; \t").endswith(")"):
@@ -522,6 +513,22 @@ def _last_line(text: str) -> str:
         if line.strip():
             return line
     return ""
+
+
+def _embedded_object(body: str) -> tuple[int, int, dict[str, Any]] | None:
+    """The call object written inside free text: the JSON from the first ``{`` to the
+    last ``}`` when it parses to an object naming a tool, as ``(start, end, object)``
+    (``end`` exclusive); the parser and the span finder read it the same way."""
+    start, end = body.find("{"), body.rfind("}")
+    if not 0 <= start < end:
+        return None
+    try:
+        data = json.loads(body[start : end + 1])
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    if isinstance(data, dict) and ({"name", "tool", "function"} & data.keys()):
+        return start, end + 1, data
+    return None
 
 
 def _last_line_span(text: str) -> Span:
