@@ -65,6 +65,10 @@ class DataConfig:
     val_tasks: int = 0
     """Hold out the last N tasks of the training split from SFT and RL; they form the
     'val' split (--eval-split val), on which a recipe is chosen before 'test' is read."""
+    train_pool: int = 0
+    """Grow the training split to N tasks with the env's own task generator (validated
+    like the shipped tasks, none sharing an initial state with any shipped task, so no
+    held-out task leaks in); needs --difficulty (0: the shipped tasks only)."""
 
 
 @dataclass(frozen=True)
@@ -355,6 +359,8 @@ class TrainConfig:
             raise ConfigError("max_new_tokens must be smaller than max_context")
         if self.data.val_tasks < 0:
             raise ConfigError(f"val_tasks must be >= 0, got {self.data.val_tasks}")
+        if self.data.train_pool < 0:
+            raise ConfigError(f"train_pool must be >= 0, got {self.data.train_pool}")
         if self.eval.split == VAL_SPLIT and self.data.val_tasks == 0 and self.eval.episodes:
             raise ConfigError(
                 "--eval-split val evaluates the tasks held out by --val-tasks: set --val-tasks N"

@@ -30,6 +30,7 @@ accepted, and it runs in the actor (``RayEnvPool.oracle_act``).
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,6 +48,7 @@ from agentgym_envs.distributed.results import (
 
 if TYPE_CHECKING:
     from agentgym_envs.distributed.pool import RayEnvPool
+    from agentgym_trainers.config import DataConfig
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +267,44 @@ def snapshot_api(env: gym.Env[Any, Any]) -> Any:
     return inner
 
 
+def trainer_env_kwargs(data: DataConfig) -> dict[str, Any]:
+    """The ``gym.make`` keyword arguments of a trainer's envs: ``data.env_kwargs``, plus
+    the grown task set (``tasks``) when ``data.train_pool`` asks for more training tasks.
+
+    Raises:
+        ConfigError: ``train_pool`` without a difficulty, with ``tasks`` in env_kwargs,
+            or on an env without a task generator.
+    """
+    kwargs = dict(data.env_kwargs)
+    if not data.train_pool:
+        return kwargs
+    if data.difficulty is None:
+        raise ConfigError("--train-pool grows one difficulty's tasks: set --difficulty")
+    if "tasks" in kwargs:
+        raise ConfigError("--train-pool grows the env's own tasks: drop 'tasks' from env_kwargs")
+    kwargs["tasks"] = _grown_tasks(
+        data.env, json.dumps(kwargs, sort_keys=True), data.split, data.difficulty, data.train_pool
+    )
+    return kwargs
+
+
+@functools.lru_cache(maxsize=4)
+def _grown_tasks(env_id: str, kwargs_json: str, split: str, difficulty: str, total: int) -> Any:
+    from agentgym_envs.core.tasks import grow_split
+
+    env = make_trainer_env(env_id, json.loads(kwargs_json))
+    try:
+        inner = env.unwrapped
+        task_set = getattr(inner, "task_set", None)
+        if task_set is None or not hasattr(type(inner), "generate_task"):
+            raise ConfigError(
+                f"{env_id} has no task generator, so --train-pool cannot grow its tasks"
+            )
+        return grow_split(type(inner), task_set, split, difficulty, total)
+    finally:
+        env.close()
+
+
 def make_trainer_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env[Any, Any]:
     """``gym.make(env_id, **env_kwargs)`` after registering the agentgym envs and the
     trainer's fixture envs (``agentgym-train/...``): the factory of a trainer's pool,
@@ -317,4 +357,5 @@ __all__ = [
     "oracle_script",
     "pool_slots",
     "snapshot_api",
+    "trainer_env_kwargs",
 ]

@@ -60,7 +60,7 @@ from agentgym_trainers.async_rollout import (
     snapshot,
 )
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.env_slots import make_trainer_env, pool_slots
+from agentgym_trainers.env_slots import make_trainer_env, pool_slots, trainer_env_kwargs
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, RolloutStats
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ class RolloutActor:
             sampler.set_state(spec.sampler_state)
         sampler.weights_version = weights.version
         make_env = spec.make_env or functools.partial(
-            make_trainer_env, cfg.data.env, dict(cfg.data.env_kwargs)
+            make_trainer_env, cfg.data.env, trainer_env_kwargs(cfg.data)
         )
         self.worker = ThreadRolloutWorker(
             functools.partial(actor_runner, cfg, chat, make_env),

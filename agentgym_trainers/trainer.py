@@ -60,7 +60,7 @@ from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.branching import BranchStats, branch_metrics, make_brancher
 from agentgym_trainers.config import VAL_SPLIT, TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
-from agentgym_trainers.env_slots import LocalEnvSlots, pool_slots
+from agentgym_trainers.env_slots import LocalEnvSlots, pool_slots, trainer_env_kwargs
 from agentgym_trainers.envs import register as register_fixtures
 from agentgym_trainers.model import ValueHead
 from agentgym_trainers.records import stored_episode
@@ -137,7 +137,12 @@ class Trainer:
         self.chat = ChatFormat(self.tokenizer)
         self.engine = self._engine(self.lm)
         self.sampler = self.make_sampler(self.lm, self.engine)
-        env_kwargs = dict(config.data.env_kwargs)
+        if make_env is not None and config.data.train_pool:
+            raise ConfigError(
+                "--train-pool grows the tasks of the envs the trainer makes from --env; "
+                "a custom make_env builds its own (pass it the tasks instead)"
+            )
+        env_kwargs = trainer_env_kwargs(config.data)
         self._custom_env = make_env  # --env-backend ray pickles it into the actors
         self.make_env = make_env or (lambda: gym.make(config.data.env, **env_kwargs))
         self.runner = self.make_runner(self.sampler)
@@ -274,7 +279,7 @@ class Trainer:
             slots = pool_slots(
                 self.cfg.data.env,
                 cfg.n_envs,
-                env_kwargs=self.cfg.data.env_kwargs,
+                env_kwargs=trainer_env_kwargs(self.cfg.data),
                 make_env=self._custom_env,
                 envs_per_actor=cfg.envs_per_actor,
                 address=cfg.ray_address or None,
@@ -296,20 +301,26 @@ class Trainer:
         this process: the runner's first env, or a probe env built and closed here when
         the envs live on a Ray pool.
 
-        With ``val_tasks`` N, the last N tasks of the training split are the ``val``
-        split and are left out of the training split (SFT and RL never see them)."""
+        With ``val_tasks`` N, the last N shipped tasks of the training split are the
+        ``val`` split and are left out of the training split (SFT and RL never see them);
+        tasks grown by ``train_pool`` are training tasks only."""
         data = self.cfg.data
         ids = self._env_split(data.split if split == VAL_SPLIT else split)
         held = data.val_tasks
         if split == VAL_SPLIT and not held:
             raise ConfigError("the 'val' split is the tasks held out by --val-tasks N: set N")
         if held and split in (VAL_SPLIT, data.split):
-            if held >= len(ids):
+            grown = trainer_env_kwargs(data).get("tasks")
+            by = grown.header.get("grown") if grown is not None else None
+            shipped = by["shipped"] if by and by["split"] == data.split else len(ids)
+            if held >= shipped:
                 raise ConfigError(
-                    f"--val-tasks {held} holds out all {len(ids)} tasks of split "
+                    f"--val-tasks {held} holds out all {shipped} shipped tasks of split "
                     f"{data.split!r}: use fewer"
                 )
-            return ids[-held:] if split == VAL_SPLIT else ids[:-held]
+            if split == VAL_SPLIT:
+                return ids[shipped - held : shipped]
+            return ids[: shipped - held] + ids[shipped:]
         return ids
 
     def _env_split(self, split: str) -> list[str]:

@@ -336,3 +336,60 @@ def _generate_valid(env_cls: Any, seed: int, difficulty: str, split: str) -> Tas
     if problem is not None:
         raise ConfigError(f"generated task {task.id} is invalid: {problem}")
     return task
+
+
+def grow_split(
+    env_cls: Any,
+    task_set: TaskSet,
+    split: str,
+    difficulty: str,
+    total: int,
+    *,
+    max_tries: int = 50,
+) -> TaskSet:
+    """``task_set`` with ``split``/``difficulty`` grown to ``total`` tasks.
+
+    The set's own tasks stay first and unchanged (held-out splits are exactly as
+    shipped); the new ones come from the env class's generator at the split's next seeds
+    (after the largest seed the set uses there), each validated like a shipped task and
+    none sharing an initial state (``task_key``) with any task of the set, in any split.
+    The same arguments always give the same tasks.
+
+    Raises:
+        ConfigError: the split or difficulty is unknown, or the generator cannot make
+            ``total`` unique tasks (the error says how many it made).
+    """
+    if split not in SPLITS or difficulty not in DIFFICULTIES:
+        raise ConfigError(
+            f"grow_split needs a split of {SPLITS} and a difficulty of {DIFFICULTIES}, "
+            f"got {split!r}/{difficulty!r}"
+        )
+    own = [t for t in task_set.tasks if t.split == split and t.difficulty == difficulty]
+    if total <= len(own):
+        return task_set
+    seen = {env_cls.task_key(t) for t in task_set.tasks}
+    d_index = DIFFICULTIES.index(difficulty)
+    base = task_seed(split, d_index, 0)
+    index = max((t.seed - base + 1 for t in own), default=0)
+    grown: list[Task] = []
+    misses, limit = 0, max_tries * total
+    while len(own) + len(grown) < total:
+        task = _generate_valid(env_cls, task_seed(split, d_index, index), difficulty, split)
+        index += 1
+        if task is None or env_cls.task_key(task) in seen:
+            misses += 1
+            if misses > limit:
+                raise ConfigError(
+                    f"could not grow {split}/{difficulty} of {task_set.name} to {total} unique "
+                    f"tasks (made {len(own) + len(grown)}); ask for fewer"
+                )
+            continue
+        seen.add(env_cls.task_key(task))
+        grown.append(task)
+    grown_by = {"split": split, "difficulty": difficulty, "shipped": len(own), "to": total}
+    header = {**task_set.header, "grown": grown_by}
+    blob = json.dumps([t.to_json() for t in grown], sort_keys=True).encode()
+    version = hashlib.sha256(task_set.version.encode() + blob).hexdigest()[:12]
+    return TaskSet(
+        name=task_set.name, version=version, header=header, tasks=(*task_set.tasks, *grown)
+    )

@@ -119,3 +119,42 @@ def test_parallel_generation_gives_the_same_task_set() -> None:
     two = generate_tasks(_toy_generate, counts, ("easy", "hard"), key=key, workers=2)
     assert one == two and len(one) == 8
     assert all(t.seed % 3 for t in one)
+
+
+def test_grow_split_adds_validated_unique_tasks_and_keeps_every_shipped_task() -> None:
+    import gymnasium as gym
+
+    from agentgym_envs.core.tasks import grow_split
+    from agentgym_envs.games.frozenlake import FrozenLakeEnv
+
+    env = gym.make("agentgym/FrozenLake-v0")
+    shipped = env.unwrapped.task_set
+    env.close()
+    own = shipped.pool("train", "easy")
+    grown = grow_split(FrozenLakeEnv, shipped, "train", "easy", len(own) + 40)
+    assert grown.tasks[: len(shipped.tasks)] == shipped.tasks  # held-out splits unchanged
+    new = grown.tasks[len(shipped.tasks) :]
+    assert len(new) == 40 and all(t.split == "train" and t.difficulty == "easy" for t in new)
+    keys = [FrozenLakeEnv.task_key(t) for t in grown.tasks]
+    assert len(set(keys)) == len(keys)  # no new task copies a test (or any) task
+    assert min(t.seed for t in new) > max(t.seed for t in own)
+    assert all(FrozenLakeEnv.validate_task(t) is None for t in new)
+    again = grow_split(FrozenLakeEnv, shipped, "train", "easy", len(own) + 40)
+    assert again.tasks == grown.tasks and again.version == grown.version != shipped.version
+    assert grow_split(FrozenLakeEnv, shipped, "train", "easy", len(own)) is shipped
+
+
+def test_grow_split_names_the_fix_when_it_cannot_grow() -> None:
+    import gymnasium as gym
+
+    from agentgym_envs.core.errors import ConfigError
+    from agentgym_envs.core.tasks import grow_split
+    from agentgym_envs.games.frozenlake import FrozenLakeEnv
+
+    env = gym.make("agentgym/FrozenLake-v0")
+    shipped = env.unwrapped.task_set
+    env.close()
+    with pytest.raises(ConfigError, match="difficulty"):
+        grow_split(FrozenLakeEnv, shipped, "train", "trivial", 500)
+    with pytest.raises(ConfigError, match="ask for fewer"):
+        grow_split(FrozenLakeEnv, shipped, "train", "easy", 10**6, max_tries=0)

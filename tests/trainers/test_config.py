@@ -96,6 +96,7 @@ OLD_KEYS = [
     "branch_max_turns",
     "val_tasks",  # added with the validation slice of the learning recipes
     "tool_credit",  # added with layered credit for tool steps
+    "train_pool",  # added with generated training pools
 ]
 
 

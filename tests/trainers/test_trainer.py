@@ -362,6 +362,61 @@ def test_val_tasks_are_held_out_of_training_and_form_the_val_split(
         trainer.close()
 
 
+def test_train_pool_grows_training_tasks_only_and_keeps_val_and_test_out(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    import gymnasium as gym
+
+    from agentgym_envs.games.frozenlake import FrozenLakeEnv
+    from agentgym_trainers.run import oracle_trajectories
+
+    shipped = gym.make("agentgym/FrozenLake-v0").unwrapped.task_set
+    ship_train = [t.id for t in shipped.pool("train", "easy")]
+    cfg = make_config(
+        tmp_path,
+        env="agentgym/FrozenLake-v0",
+        env_kwargs={"max_steps": 8},
+        difficulty="easy",
+        train_pool=260,
+        val_tasks=5,
+        eval_split="val",
+        max_context=1024,
+    )
+    trainer = Trainer(cfg)
+    try:
+        val = trainer.split_tasks("val")
+        test = trainer.split_tasks("test")
+        # val is the last shipped train tasks, test is exactly the shipped test split
+        assert val == ship_train[-5:]
+        assert test == [t.id for t in shipped.pool("test", "easy")]
+        assert len(trainer.tasks) == 255 and trainer.tasks[: len(ship_train) - 5] == ship_train[:-5]
+        grown = trainer.tasks[len(ship_train) - 5 :]
+        assert len(grown) == 260 - len(ship_train)
+        # no grown task repeats the initial state of a held-out (or any shipped) task
+        env = trainer.runner.slots.envs[0].unwrapped
+        keys = {FrozenLakeEnv.task_key(t) for t in shipped.tasks}
+        assert not {FrozenLakeEnv.task_key(env.task_set.get(i)) for i in grown} & keys
+        # the trainer's envs play the grown tasks (SFT takes tasks in order, so 200
+        # demonstrations reach past the 195 kept shipped ones), and the oracle solves them
+        played = oracle_trajectories(trainer, 200)
+        assert {t.job.task_id for t in played} & set(grown)
+        assert all(t.episode.success for t in played)
+        assert env.task_set.version != shipped.version  # info["versions"] tells them apart
+        drawn = {job.task_id for step in range(30) for job in trainer.jobs(step)}
+        assert drawn & set(grown) and drawn.isdisjoint(val)
+    finally:
+        trainer.close()
+
+
+def test_train_pool_config_errors_name_the_fix(tmp_path: Path, tokenizer: Any) -> None:
+    from agentgym_envs.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="train_pool must be >= 0"):
+        make_config(tmp_path, train_pool=-1)
+    with pytest.raises(ConfigError, match="set --difficulty"):
+        Trainer(make_config(tmp_path, env="agentgym/FrozenLake-v0", env_kwargs={}, train_pool=300))
+
+
 def test_val_tasks_config_errors_name_the_fix(tmp_path: Path, tokenizer: Any) -> None:
     from agentgym_envs.core.errors import ConfigError
 
