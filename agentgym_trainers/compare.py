@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_trainers.learn import _smooth, paired_difference
+from agentgym_trainers.learn import paired_difference, smooth
 from agentgym_trainers.runlog import read_metrics
 
 RESULTS = Path("docs/results/credit")
@@ -350,7 +350,7 @@ def plot(
     window = int(report.get("window", 5))
     for i, entry in enumerate(report["entries"]):
         rows, color = curves[entry["name"]], f"C{i}"
-        success = _smooth([float(r["success"]) for r in rows], window)
+        success = smooth([float(r["success"]) for r in rows], window)
         seconds, tokens = _cumsum(rows, "time_step_s"), _cumsum(rows, "generated_tokens")
         time_ax.plot(seconds, success, color=color, label=entry["name"])
         token_ax.plot(tokens, success, color=color, label=entry["name"])

@@ -300,6 +300,7 @@ def run_recipe(
             results[key] = algo_result(summary, time.perf_counter() - start)
         if mode:
             results[key]["rollout"] = mode
+        results[key]["command"] = command
         rows += [{"algo": key, **row} for row in read_metrics(run_dir / "metrics.jsonl")]
         log.info("%s %s: %s", recipe.name, key, json.dumps(results[key]))
     # algorithms run by other calls of the same recipe and config are kept (read when
@@ -316,7 +317,7 @@ def run_recipe(
         primary = recipe.primary if recipe.primary in results else next(iter(results))
         report = {
             "recipe": recipe.name,
-            "commands": [*commands, command],
+            "commands": _commands(results, commands),
             "rebuilt_from_runs": from_runs,
             "primary": primary,
             **{k: results[primary][k] for k in PHASES},
@@ -437,6 +438,15 @@ def _merge(
     return merged, kept_rows + rows, list(commands)
 
 
+def _commands(results: dict[str, Any], legacy: Sequence[str]) -> list[str]:
+    """The commands behind ``results``, each once: every result names its own (a rerun
+    replaces its algorithm's command); results from before that kept only the summary's
+    list (``legacy``), which is then kept too."""
+    own = [r["command"] for r in results.values() if r.get("command")]
+    older = list(legacy) if any(not r.get("command") for r in results.values()) else []
+    return list(dict.fromkeys([*older, *own]))
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     with path.open("w") as handle:
@@ -452,7 +462,7 @@ def _settings(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k != "why"}
 
 
-def _smooth(values: Sequence[float], window: int) -> list[float]:
+def smooth(values: Sequence[float], window: int) -> list[float]:
     out, total = [], 0.0
     for i, v in enumerate(values):
         total += v - (values[i - window] if i >= window else 0.0)
@@ -472,8 +482,8 @@ def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> 
     for algo in algos:
         rl = [r for r in rows if r["algo"] == algo and r.get("phase") == "rl"]
         steps = [r["step"] for r in rl]
-        train_ax.plot(steps, _smooth([r["success"] for r in rl], 5), label=algo)
-        return_ax.plot(steps, _smooth([r["reward"] for r in rl], 5), label=algo)
+        train_ax.plot(steps, smooth([r["success"] for r in rl], 5), label=algo)
+        return_ax.plot(steps, smooth([r["reward"] for r in rl], 5), label=algo)
     train_ax.set(title="training success (rolling mean of 5 steps)", xlabel="RL step")
     return_ax.set(title="training return (rolling mean of 5 steps)", xlabel="RL step")
     width = 0.8 / max(len(algos), 1)

@@ -157,6 +157,25 @@ def test_calls_for_other_algorithms_are_merged_and_a_new_config_replaces_them(
     assert results == {"ppo": {"x": 2}} and commands == []
 
 
+def test_the_commands_are_those_of_the_results_kept_and_a_rerun_replaces_its_own() -> None:
+    from agentgym_trainers.learn import _commands
+
+    results = {"grpo": {"command": "learn --algos grpo"}, "rloo": {"command": "learn --algos rloo"}}
+    assert _commands(results, ["old grpo", "old rloo"]) == [
+        "learn --algos grpo",
+        "learn --algos rloo",
+    ]
+    # grpo rerun: its old command is gone, rloo's stays; one command for both: listed once
+    rerun = {
+        "grpo": {"command": "learn --algos grpo rloo"},
+        "rloo": {"command": "learn --algos grpo rloo"},
+    }
+    assert _commands(rerun, ["learn --algos grpo"]) == ["learn --algos grpo rloo"]
+    # a result stored before results named their command keeps the summary's old list
+    legacy = {"ppo": {"x": 1}, "grpo": {"command": "new"}}
+    assert _commands(legacy, ["learn --algos ppo"]) == ["learn --algos ppo", "new"]
+
+
 def test_overrides_are_json_with_a_clear_error() -> None:
     assert _override("steps=10") == ("steps", 10)
     assert _override('env-kwargs={"max_steps": 4}') == ("env_kwargs", {"max_steps": 4})
