@@ -36,7 +36,7 @@ FROZENLAKE = Recipe(
         "sft_episodes": 256,
         "sft_lr": 3e-3,
         "micro_batch_size": 8,
-        "steps": 140,
+        "steps": 220,
         "tasks_per_step": 16,
         "group_size": 8,
         "n_envs": 128,
@@ -53,7 +53,11 @@ FROZENLAKE = Recipe(
         "still wanders. GRPO then has signal: 16 tasks x 8 rollouts at temperature 1, "
         "8 moves at most (a 4x4 lake needs 3 to 6), success 1 plus milestone progress "
         "0.5 as shaping, so most groups have reward variance; one update per step at "
-        "lr 1e-3 with 2 warmup steps (four updates at 3e-3 rose faster and collapsed). "
+        "lr 1e-3 with 2 warmup steps (four updates at 3e-3 rose faster and collapsed), "
+        "for 220 steps: on a validation slice (the last 40 train tasks held out, "
+        "docs/results/validation/frozenlake) the gain after 140 steps was +4.5 points "
+        "sampled and after 220 +16.5 (greedy +7.5 and +27.5): the training success "
+        "was still rising at 140, and a weaker SFT start needs the longer run. "
         "Starting RL earlier (350 SFT steps) left the training success flat: RL sharpens "
         "features SFT began, it did not build them in this budget. The evaluation "
         "samples at temperature 1, the policy RL optimises; greedy results are reported "
