@@ -278,6 +278,11 @@ def trainer_env_kwargs(data: DataConfig) -> dict[str, Any]:
     kwargs = dict(data.env_kwargs)
     if not data.train_pool:
         return kwargs
+    if data.split != "train":
+        raise ConfigError(
+            f"--train-pool grows the train split only, never a held-out one (--split is "
+            f"{data.split!r}): use --split train"
+        )
     if data.difficulty is None:
         raise ConfigError("--train-pool grows one difficulty's tasks: set --difficulty")
     if "tasks" in kwargs:
@@ -290,15 +295,24 @@ def trainer_env_kwargs(data: DataConfig) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def _grown_tasks(env_id: str, kwargs_json: str, split: str, difficulty: str, total: int) -> Any:
+    from agentgym_envs.core.env import AgentEnv
     from agentgym_envs.core.tasks import grow_split
 
     env = make_trainer_env(env_id, json.loads(kwargs_json))
     try:
         inner = env.unwrapped
         task_set = getattr(inner, "task_set", None)
-        if task_set is None or not hasattr(type(inner), "generate_task"):
+        # AgentEnv's own generate_task only raises: a family must define its own
+        generate = getattr(getattr(type(inner), "generate_task", None), "__func__", None)
+        if task_set is None or generate in (None, AgentEnv.generate_task.__func__):
             raise ConfigError(
                 f"{env_id} has no task generator, so --train-pool cannot grow its tasks"
+            )
+        shipped = len(task_set.pool(split, difficulty))
+        if total <= shipped:
+            raise ConfigError(
+                f"--train-pool {total} is not above the {shipped} shipped {split}/{difficulty} "
+                "tasks, so it would change nothing: ask for more, or 0 for the shipped ones"
             )
         return grow_split(type(inner), task_set, split, difficulty, total)
     finally:
