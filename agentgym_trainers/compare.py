@@ -188,7 +188,10 @@ def entry_result(
         "source": str(entry.folder),
         "algo": result["algo"],
         "recipe": summary.get("recipe"),
-        "commands": list(summary.get("commands", [])),
+        # the command of this result (learn records one per result), else the folder's
+        "commands": [result["command"]]
+        if result.get("command")
+        else list(summary.get("commands", [])),
         "overrides": summary.get("config", {}).get("overrides", {}),
         "after_sft": _phase(result["after_sft"]),
         "after_rl": _phase(end),
@@ -326,13 +329,14 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     lines += ["", "![curves](curves.png)", "", "## Sources", ""]
     sources: dict[str, list[dict[str, Any]]] = {}
-    for e in entries:  # entries read from one folder share its commands
+    for e in entries:
         sources.setdefault(e["source"], []).append(e)
     for source, group in sources.items():
         names = ", ".join(f"{e['name']} (`{e['algo']}`)" for e in group)
         overrides = json.dumps(group[0]["overrides"]) if group[0]["overrides"] else "none"
         lines += [f"`{source}`, overrides {overrides}: {names}", ""]
-        lines += [*[f"    {c}" for c in group[0]["commands"]], ""]
+        commands = dict.fromkeys(c for e in group for c in e["commands"])
+        lines += [*[f"    {c}" for c in commands], ""]
     return "\n".join(lines)
 
 

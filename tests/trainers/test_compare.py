@@ -264,3 +264,24 @@ def test_bad_inputs_raise_config_errors_that_name_the_fix(tmp_path: Path) -> Non
     assert not out.exists()  # nothing is written before every entry is read
     with pytest.raises(ConfigError, match="--window must be at least 1"):
         main(["--out", str(out), "--window", "0", f"a={base}", f"b={base}"])
+
+
+def test_an_entry_lists_the_command_of_its_own_result(tmp_path: Path) -> None:
+    """learn records each result's command: an entry shows its own, not every command
+    that wrote into the same folder."""
+    both = write_run(
+        tmp_path / "both",
+        {"grpo": 8, "ppo": 4},
+        {"grpo": rl_rows(4, 2.5, 100), "ppo": rl_rows(4, 5.0, 100)},
+    )
+    summary = json.loads((both / "summary.json").read_text())
+    for algo in ("grpo", "ppo"):
+        summary["algos"][algo]["command"] = f"learn --algos {algo}"
+    (both / "summary.json").write_text(json.dumps(summary))
+    report = compare(
+        [Entry("grpo", both, "grpo"), Entry("ppo", both, "ppo")], tmp_path / "out", "x"
+    )
+    assert [e["commands"] for e in report["entries"]] == [
+        ["learn --algos grpo"],
+        ["learn --algos ppo"],
+    ]
