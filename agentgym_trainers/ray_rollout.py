@@ -46,10 +46,8 @@ from agentgym_envs.core.errors import ClosedError, ConfigError
 from agentgym_envs.distributed.resources import ActorResources, unmet
 from agentgym_envs.distributed.session import INSTALL_HINT, connect, require_ray
 from agentgym_envs.llm.chat import ChatFormat
-from agentgym_envs.llm.engine import StaticEngine, supports
 from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.models import load_model
-from agentgym_envs.llm.sampler import Sampler
 from agentgym_trainers.async_rollout import (
     FinishedGroup,
     LocalPolicy,
@@ -62,6 +60,7 @@ from agentgym_trainers.async_rollout import (
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.env_slots import make_trainer_env, pool_slots, trainer_env_kwargs
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, RolloutStats
+from agentgym_trainers.trainer import rollout_engine, rollout_runner, rollout_sampler
 
 if TYPE_CHECKING:
     from agentgym_trainers.trainer import Trainer
@@ -107,49 +106,18 @@ _ERRORS: dict[str, type[Exception]] = {
 }
 
 
-def actor_sampler(
-    cfg: TrainConfig, lm: torch.nn.Module, chat: ChatFormat, rank: int = 0
-) -> Sampler:
-    """A sampler over ``lm`` with the learner's settings (those of
-    ``Trainer.make_sampler`` for a copy of the policy: its own static engine when the
-    run uses one, no CUDA graphs)."""
-    r = cfg.rollout
-    engine = None
-    if r.generation == "static" or (r.generation == "auto" and supports(lm)):
-        engine = StaticEngine(lm, max_batch=r.n_envs, max_len=r.max_context, cuda_graphs=False)
-    return Sampler(
-        lm,
-        eos_ids=[chat.eos_id],
-        pad_id=chat.pad_id,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        seed=r.sampling_seed * 1000 + rank,
-        engine=engine,
-    )
-
-
 def actor_runner(
     cfg: TrainConfig, chat: ChatFormat, make_env: EnvMaker, generator: Generator
 ) -> RolloutRunner:
-    """A rollout runner with the learner's settings (those of ``Trainer.make_runner``):
-    ``n_envs`` env slots in the actor, or on a Ray env pool of its own."""
+    """A rollout runner with the learner's settings: ``n_envs`` env slots in the actor,
+    or on a Ray env pool of its own (the actor is connected: the pool joins its cluster)."""
     r = cfg.rollout
     slots = None
-    if r.env_backend == "ray":  # the actor is connected: the pool joins its cluster
+    if r.env_backend == "ray":
         slots = pool_slots(
             cfg.data.env, r.n_envs, make_env=make_env, envs_per_actor=r.envs_per_actor
         )
-    return RolloutRunner(
-        make_env,
-        chat,
-        generator,
-        n_envs=r.n_envs,
-        max_new_tokens=r.max_new_tokens,
-        max_context=r.max_context,
-        context_policy=r.context_policy,
-        system_prompt=r.system_prompt,
-        slots=slots,
-    )
+    return rollout_runner(cfg, chat, make_env, generator, slots)
 
 
 class RolloutActor:
@@ -172,7 +140,8 @@ class RolloutActor:
             lm.load_state_dict(weights.state)
         lm.eval().requires_grad_(False)
         chat = ChatFormat(tokenizer)
-        sampler = actor_sampler(cfg, lm, chat, spec.rank)
+        # the learner's settings; the copy's engine captures no CUDA graphs
+        sampler = rollout_sampler(cfg, lm, chat, spec.rank, rollout_engine(cfg, lm, False))
         if spec.sampler_state is not None:
             sampler.set_state(spec.sampler_state)
         sampler.weights_version = weights.version
@@ -404,7 +373,7 @@ def ray_worker(trainer: Trainer, resources: ActorResources | None = None) -> Ray
     the cluster of ``--ray-address``."""
     cfg = trainer.cfg
     state = trainer.sampler.get_state() if trainer.sampler.device.type == "cpu" else None
-    spec = ActorSpec(cfg, state, trainer._custom_env, trainer.rank)
+    spec = ActorSpec(cfg, state, trainer.custom_make_env, trainer.rank)
     return RayRolloutWorker(
         spec,
         snapshot(trainer.lm, trainer.version),
@@ -418,6 +387,5 @@ __all__ = [
     "RayRolloutWorker",
     "RolloutActor",
     "actor_runner",
-    "actor_sampler",
     "ray_worker",
 ]

@@ -60,7 +60,7 @@ from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.branching import BranchStats, branch_metrics, make_brancher
 from agentgym_trainers.config import VAL_SPLIT, TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
-from agentgym_trainers.env_slots import LocalEnvSlots, pool_slots, trainer_env_kwargs
+from agentgym_trainers.env_slots import EnvSlots, LocalEnvSlots, pool_slots, trainer_env_kwargs
 from agentgym_trainers.envs import register as register_fixtures
 from agentgym_trainers.model import ValueHead
 from agentgym_trainers.records import stored_episode
@@ -100,6 +100,73 @@ def env_seed(seed: int, step: int, group: int, stream: str = "rl") -> int:
     never share seeds."""
     entropy = [seed, STREAMS[stream], step, group]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0] % (2**31 - 1))
+
+
+def rollout_engine(
+    cfg: TrainConfig, lm: torch.nn.Module, cuda_graphs: bool = True
+) -> StaticEngine | None:
+    """The static-KV-cache engine over ``lm`` when ``--generation`` picks it (None: the
+    transformers forward). A copy of the policy that samples beside the learner (the
+    asynchronous worker's) gets ``cuda_graphs=False``.
+
+    Raises:
+        ConfigError: ``--generation static`` with a model the engine does not support.
+    """
+    mode = cfg.rollout.generation
+    if mode == "hf" or (mode == "auto" and not supports(lm)):
+        return None
+    if not supports(lm):
+        raise ConfigError(
+            f"--generation static supports Llama-family models, not "
+            f"{type(lm).__name__}; use --generation hf (or auto)"
+        )
+    return StaticEngine(
+        lm, max_batch=cfg.rollout.n_envs, max_len=cfg.rollout.max_context, cuda_graphs=cuda_graphs
+    )
+
+
+def rollout_sampler(
+    cfg: TrainConfig,
+    lm: torch.nn.Module,
+    chat: ChatFormat,
+    rank: int = 0,
+    engine: StaticEngine | None = None,
+) -> Sampler:
+    """The rollout sampler of process ``rank`` over ``lm``, with the run's sampling
+    settings (the learner's and the Ray rollout actor's are built here alike)."""
+    r = cfg.rollout
+    return Sampler(
+        lm,
+        eos_ids=[chat.eos_id],
+        pad_id=chat.pad_id,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        seed=r.sampling_seed * 1000 + rank,
+        engine=engine,
+    )
+
+
+def rollout_runner(
+    cfg: TrainConfig,
+    chat: ChatFormat,
+    make_env: Callable[[], gym.Env[Any, Any]],
+    generator: Generator,
+    slots: EnvSlots | None = None,
+) -> RolloutRunner:
+    """A rollout runner with the run's settings around ``generator``: ``n_envs`` envs
+    from ``make_env`` in this process, or ``slots`` (a Ray env pool)."""
+    r = cfg.rollout
+    return RolloutRunner(
+        make_env,
+        chat,
+        generator,
+        n_envs=r.n_envs,
+        max_new_tokens=r.max_new_tokens,
+        max_context=r.max_context,
+        context_policy=r.context_policy,
+        system_prompt=r.system_prompt,
+        slots=slots,
+    )
 
 
 class Trainer:
@@ -143,7 +210,8 @@ class Trainer:
                 "a custom make_env builds its own (pass it the tasks instead)"
             )
         env_kwargs = trainer_env_kwargs(config.data)
-        self._custom_env = make_env  # --env-backend ray pickles it into the actors
+        # the env factory a caller passed (None: built from --env); Ray pickles it into actors
+        self.custom_make_env = make_env
         self.make_env = make_env or (lambda: gym.make(config.data.env, **env_kwargs))
         self.runner = self.make_runner(self.sampler)
         # --rollout async: the rollout worker's side, made when RL starts (rl_step)
@@ -234,20 +302,7 @@ class Trainer:
             self.ref = copy.deepcopy(self.lm).eval().requires_grad_(False)
 
     def _engine(self, lm: torch.nn.Module, cuda_graphs: bool = True) -> StaticEngine | None:
-        mode = self.cfg.rollout.generation
-        if mode == "hf" or (mode == "auto" and not supports(lm)):
-            return None
-        if not supports(lm):
-            raise ConfigError(
-                f"--generation static supports Llama-family models, not "
-                f"{type(lm).__name__}; use --generation hf (or auto)"
-            )
-        return StaticEngine(
-            lm,
-            max_batch=self.cfg.rollout.n_envs,
-            max_len=self.cfg.rollout.max_context,
-            cuda_graphs=cuda_graphs,
-        )
+        return rollout_engine(self.cfg, lm, cuda_graphs)
 
     def make_sampler(self, lm: torch.nn.Module, engine: StaticEngine | None = None) -> Sampler:
         """The rollout sampler over ``lm`` (``engine``: default, a new one when the run
@@ -256,18 +311,9 @@ class Trainer:
         A copy's engine captures no CUDA graphs: it runs in the rollout worker's thread
         while the learner works on the same GPU, and a graph capture forbids the
         synchronising calls the learner makes in the meantime."""
-        cfg = self.cfg.rollout
         if engine is None and lm is not self.lm:
             engine = self._engine(lm, cuda_graphs=False)
-        return Sampler(
-            lm,
-            eos_ids=[self.chat.eos_id],
-            pad_id=self.chat.pad_id,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            seed=cfg.sampling_seed * 1000 + self.rank,
-            engine=engine,
-        )
+        return rollout_sampler(self.cfg, lm, self.chat, self.rank, engine)
 
     def make_runner(self, generator: Generator) -> RolloutRunner:
         """A rollout runner with ``n_envs`` new envs around ``generator``: in this
@@ -280,21 +326,11 @@ class Trainer:
                 self.cfg.data.env,
                 cfg.n_envs,
                 env_kwargs=trainer_env_kwargs(self.cfg.data),
-                make_env=self._custom_env,
+                make_env=self.custom_make_env,
                 envs_per_actor=cfg.envs_per_actor,
                 address=cfg.ray_address or None,
             )
-        return RolloutRunner(
-            self.make_env,
-            self.chat,
-            generator,
-            n_envs=cfg.n_envs,
-            max_new_tokens=cfg.max_new_tokens,
-            max_context=cfg.max_context,
-            context_policy=cfg.context_policy,
-            system_prompt=cfg.system_prompt,
-            slots=slots,
-        )
+        return rollout_runner(self.cfg, self.chat, self.make_env, generator, slots)
 
     def split_tasks(self, split: str) -> list[str]:
         """The task ids of ``split`` (at the configured difficulty), read from an env in
@@ -454,11 +490,12 @@ class Trainer:
             source = res.values if values else res.logprobs
             assert source is not None
             flat = source.float().cpu().tolist()
+            masks = batch.mask.bool().tolist()  # one transfer, not a tensor read per token
             k = 0
             for row, s in enumerate(chunk):
                 per = [0.0] * len(s.ids)
                 for t in range(1, len(s.ids)):
-                    if bool(batch.mask[row, t]):
+                    if masks[row][t]:
                         per[t] = flat[k]
                         k += 1
                 out.append(per)
