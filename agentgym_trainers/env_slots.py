@@ -304,7 +304,10 @@ def _grown_tasks(env_id: str, kwargs_json: str, split: str, difficulty: str, tot
         task_set = getattr(inner, "task_set", None)
         # AgentEnv's own generate_task only raises: a family must define its own
         generate = getattr(getattr(type(inner), "generate_task", None), "__func__", None)
-        if task_set is None or generate in (None, AgentEnv.generate_task.__func__):
+        if task_set is None or generate in (
+            None,
+            getattr(AgentEnv.generate_task, "__func__", None),
+        ):
             raise ConfigError(
                 f"{env_id} has no task generator, so --train-pool cannot grow its tasks"
             )
