@@ -272,8 +272,9 @@ def trainer_env_kwargs(data: DataConfig) -> dict[str, Any]:
     the grown task set (``tasks``) when ``data.train_pool`` asks for more training tasks.
 
     Raises:
-        ConfigError: ``train_pool`` without a difficulty, with ``tasks`` in env_kwargs,
-            or on an env without a task generator.
+        ConfigError: ``train_pool`` on a split other than ``train``, without a
+            difficulty, with ``tasks`` in env_kwargs, not above the shipped count, or on
+            an env without a task generator.
     """
     kwargs = dict(data.env_kwargs)
     if not data.train_pool:

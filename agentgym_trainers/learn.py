@@ -463,6 +463,8 @@ def _settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def smooth(values: Sequence[float], window: int) -> list[float]:
+    """The rolling mean of the last ``window`` values at each position (fewer at the
+    start)."""
     out, total = [], 0.0
     for i, v in enumerate(values):
         total += v - (values[i - window] if i >= window else 0.0)
