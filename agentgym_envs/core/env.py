@@ -195,6 +195,7 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         self._outcome = Outcome.CONTINUE
         self._reason: str | None = None
         self._step = 0
+        self._wasted_step = -1  # the step whose call mark_wasted() marked
         self._budget = 0
         self._history: list[str] = []
         self._visits: dict[Any, int] = {}
@@ -576,6 +577,7 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         if self._task is not task and self._task != task:
             self._start(task)
         self._set_world(state.world)
+        self._wasted_step = -1  # a restored branch: its next step is not the one marked
         self._step, self._budget = ep["step"], ep["budget"]
         self._outcome, self._reason = ep["outcome"], ep["reason"]
         self._history = list(ep["history"])
@@ -612,6 +614,18 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
     def steps_taken(self) -> int:
         return self._step
 
+    def mark_wasted(self) -> None:
+        """Mark this step's call as wasted: the state refused it or it changed nothing (a
+        family's ``no_wasted_action`` step check reads :attr:`wasted_this_step`). Called
+        from a tool handler, so a call an injected fault refused, which never ran, is
+        never marked; a reset or a restored snapshot clears the mark."""
+        self._wasted_step = self._step
+
+    @property
+    def wasted_this_step(self) -> bool:
+        """Whether :meth:`mark_wasted` marked the call of the step being taken."""
+        return self._wasted_step == self._step
+
     @property
     def step_budget(self) -> int:
         return self._budget
@@ -638,6 +652,7 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         self._tally = RewardTally()
         self._outcome, self._reason = Outcome.CONTINUE, None
         self._step = 0
+        self._wasted_step = -1
         self._budget = self.max_steps or task.max_steps
         self._history = []
 

@@ -153,7 +153,6 @@ class DungeonEnv(AgentEnv):
         self._world: World = parse_world(_EMPTY_SPEC)
         self._room = self._held = self._unlocked = self._opened = 0
         self._status = ALIVE
-        self._wasted_at = -1  # the step whose call the state refused (no_wasted_action)
         self._milestone_lists: dict[int, list[Milestone]] = {}
 
     def variant(self) -> str:
@@ -253,7 +252,7 @@ class DungeonEnv(AgentEnv):
     def _refused(self, code: str, text: str) -> ToolResult:
         """A call the world's state makes fail: marked for ``no_wasted_action`` here, in
         the handler, so a call an injected fault refused (it never ran) is not charged."""
-        self._wasted_at = self.steps_taken
+        self.mark_wasted()
         return ToolResult.failure(code, text)
 
     def _not_here(self, item: str) -> ToolResult:
@@ -273,7 +272,6 @@ class DungeonEnv(AgentEnv):
 
     def _set_world(self, world: State) -> None:
         self._room, self._held, self._unlocked, self._opened, self._status = world
-        self._wasted_at = -1  # a restored branch: its next step is not the one marked
 
     def render_view(self) -> str:
         w = self._world
@@ -352,7 +350,7 @@ class DungeonEnv(AgentEnv):
         ``not_held``...: the world is unchanged, and the room and inventory showed why); a
         call an injected fault refused is the environment's noise, never charged."""
         irreversible = StepCheck("no_irreversible_error", 0.0 if self._status == ALIVE else -1.0)
-        failed = self._wasted_at == self.steps_taken
+        failed = self.wasted_this_step
         wasted = StepCheck("no_wasted_action", -WASTED.max_score if failed else 0.0)
         return refined(super().step_checks(facts), irreversible, wasted)
 

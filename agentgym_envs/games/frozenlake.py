@@ -268,7 +268,6 @@ class FrozenLakeEnv(AgentEnv):
         super().__init__(**kwargs)
         self._lake: Lake | None = None
         self._cell = 0
-        self._wasted_at = -1  # the step whose move hit the edge (no_wasted_action)
 
     def variant(self) -> str:
         if not self.is_slippery:
@@ -294,7 +293,7 @@ class FrozenLakeEnv(AgentEnv):
         to = lake.neighbour[self._cell][went]
         bumped = to == self._cell
         if bumped and went == direction:  # the policy's choice, not a slide
-            self._wasted_at = self.steps_taken
+            self.mark_wasted()
         self._cell = to
         where = lake.label[to]
         if went == direction:
@@ -311,14 +310,12 @@ class FrozenLakeEnv(AgentEnv):
     def _load_task(self, task: Task) -> None:
         self._lake = parse_lake(tuple(task.spec["rows"]))
         self._cell = self._lake.start
-        self._wasted_at = -1
 
     def _get_world(self) -> int:
         return self._cell
 
     def _set_world(self, world: int) -> None:
         self._cell = world
-        self._wasted_at = -1  # a restored branch: its next step is not the one marked
 
     def render_view(self) -> str:
         assert self._lake is not None
@@ -388,8 +385,8 @@ class FrozenLakeEnv(AgentEnv):
             StepCheck("no_irreversible_error", -1.0 if self._cell in lake.holes else 0.0),
         ]
         if not self.is_slippery:
-            wasted = self._wasted_at == self.steps_taken
-            own.append(StepCheck("no_wasted_action", -WASTED.max_score if wasted else 0.0))
+            wasted = -WASTED.max_score if self.wasted_this_step else 0.0
+            own.append(StepCheck("no_wasted_action", wasted))
         return refined(super().step_checks(facts), *own)
 
     # -- oracle and generation ----------------------------------------------------------

@@ -87,7 +87,6 @@ class SokobanEnv(AgentEnv):
         self._player = 0
         self._boxes: set[int] = set()
         self._start_boxes: tuple[int, ...] = ()
-        self._wasted_at = -1  # the step whose move changed nothing (no_wasted_action)
 
     # -- tools ------------------------------------------------------------------------
 
@@ -101,12 +100,12 @@ class SokobanEnv(AgentEnv):
         d = self._deltas[direction]
         to = self._player + d
         if to not in layout.floor:
-            self._wasted_at = self.steps_taken
+            self.mark_wasted()
             return ToolResult(f"You bump into a wall moving {direction}.")
         if to in self._boxes:
             beyond = to + d
             if beyond not in layout.floor or beyond in self._boxes:
-                self._wasted_at = self.steps_taken
+                self.mark_wasted()
                 return ToolResult(f"The box {direction} of you does not move.")
             self._boxes.remove(to)
             self._boxes.add(beyond)
@@ -125,7 +124,6 @@ class SokobanEnv(AgentEnv):
         self._player = player
         self._boxes = set(boxes)
         self._start_boxes = tuple(boxes)  # the progress step check measures from here
-        self._wasted_at = -1
 
     def _get_world(self) -> tuple[int, tuple[int, ...]]:
         return (self._player, tuple(sorted(self._boxes)))
@@ -133,7 +131,6 @@ class SokobanEnv(AgentEnv):
     def _set_world(self, world: tuple[int, tuple[int, ...]]) -> None:
         self._player, boxes = world
         self._boxes = set(boxes)
-        self._wasted_at = -1  # a restored branch: its next step is not the one marked
 
     def render_view(self) -> str:
         assert self._layout is not None
@@ -195,7 +192,7 @@ class SokobanEnv(AgentEnv):
         )
 
     def _wasted_score(self) -> float:
-        return -WASTED.max_score if self._wasted_at == self.steps_taken else 0.0
+        return -WASTED.max_score if self.wasted_this_step else 0.0
 
     # -- oracle and generation ----------------------------------------------------------
 
