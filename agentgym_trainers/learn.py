@@ -364,12 +364,13 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
         greedy = [
             cell(res[p]["greedy"]) if "greedy" in res[p] else "-" for p in ("after_sft", "after_rl")
         ]
+        gain = res.get("rl_gain_greedy")
+        greedy.append("-" if gain is None else f"{gain:+.3f}")
         lines.append(
             f"| {algo} | {cell(res['before_sft'])} | {cell(res['after_sft'])} "
             f"| {cell(res['after_rl'])} | {res['rl_gain']:+.3f} "
             f"| {_yes(res['intervals_separate'])} / {_yes(res.get('wilson_separate'))} "
-            f"| {greedy[0]} | {greedy[1]} "
-            f"| {res.get('rl_gain_greedy', float('nan')):+.3f} | {res['wall_s']:.0f} |"
+            f"| {greedy[0]} | {greedy[1]} | {greedy[2]} | {res['wall_s']:.0f} |"
         )
     lines += _async_comparison(report["algos"])
     lines += ["", "![curves](curves.png)", ""]

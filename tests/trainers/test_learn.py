@@ -141,6 +141,22 @@ def test_results_readme_is_generated_from_the_summary() -> None:
     assert text.endswith("Because.\n")
 
 
+def test_results_readme_without_greedy_evaluations_shows_dashes() -> None:
+    """A recipe with eval_greedy_too false has no greedy columns to fill: dashes, not nan."""
+    results = {"grpo": algo_result(_summary(0.0, 0.1, 0.45), 9.0)}
+    assert "rl_gain_greedy" not in results["grpo"]
+    report = {
+        "recipe": "demo",
+        "commands": [],
+        "algos": results,
+        "after_rl": results["grpo"]["after_rl"],
+        "config": {"train": {"eval_temperature": 1.0}},
+    }
+    text = markdown(report)
+    assert "nan" not in text
+    assert "| yes / yes | - | - | - | 9 |" in text
+
+
 def test_calls_for_other_algorithms_are_merged_and_a_new_config_replaces_them(
     tmp_path: Path,
 ) -> None:
