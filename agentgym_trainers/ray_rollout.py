@@ -367,15 +367,26 @@ def _gist(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}".strip()
 
 
-def ray_worker(trainer: Trainer, resources: ActorResources | None = None) -> RayRolloutWorker:
-    """A Ray rollout worker for ``trainer``: its config, weights and version, and (on
-    CPU) its sampler's random stream, so the actor draws what the thread worker would;
-    the cluster of ``--ray-address``."""
+def actor_spec(trainer: Trainer) -> ActorSpec:
+    """What a rollout actor for ``trainer`` is built from: its config, (on CPU) its
+    sampler's random stream, so the actor draws what the thread worker would, and its
+    env factory. Without a custom one, the factory carries the learner's own env kwargs,
+    grown ``--train-pool`` tasks included, so the actor plays the learner's task set and
+    never regrows it (generating and validating a pool can take minutes)."""
     cfg = trainer.cfg
     state = trainer.sampler.get_state() if trainer.sampler.device.type == "cpu" else None
-    spec = ActorSpec(cfg, state, trainer.custom_make_env, trainer.rank)
+    make_env = trainer.custom_make_env or functools.partial(
+        make_trainer_env, cfg.data.env, trainer_env_kwargs(cfg.data)
+    )
+    return ActorSpec(cfg, state, make_env, trainer.rank)
+
+
+def ray_worker(trainer: Trainer, resources: ActorResources | None = None) -> RayRolloutWorker:
+    """A Ray rollout worker for ``trainer`` (:func:`actor_spec`), with its weights and
+    version, on the cluster of ``--ray-address``."""
+    cfg = trainer.cfg
     return RayRolloutWorker(
-        spec,
+        actor_spec(trainer),
         snapshot(trainer.lm, trainer.version),
         resources=resources,
         address=cfg.rollout.ray_address or None,
@@ -387,5 +398,6 @@ __all__ = [
     "RayRolloutWorker",
     "RolloutActor",
     "actor_runner",
+    "actor_spec",
     "ray_worker",
 ]

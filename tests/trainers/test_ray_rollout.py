@@ -221,3 +221,50 @@ def test_rollout_worker_ray_needs_async_rollouts() -> None:
     cfg = parse(["--rollout", "async", "--rollout-worker", "ray", "--ray-address", "h:6379"])
     assert (cfg.rollout.rollout_worker, cfg.rollout.ray_address) == ("ray", "h:6379")
     assert TrainConfig().rollout.rollout_worker == "thread"
+
+
+def test_the_rollout_actor_plays_the_learners_grown_tasks_and_never_regrows_them(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --train-pool the actor's spec carries the learner's env factory and grown
+    task set (pickled, as Ray sends it): the actor plays a generated task by its id, and
+    never grows the pool again in its own process (it used to, at start-up, for every
+    actor). The actor class is plain Python, so no cluster is needed here."""
+    import pickle
+
+    import gymnasium as gym
+
+    cfg = config(
+        tmp_path,
+        env="agentgym/FrozenLake-v0",
+        env_kwargs={"max_steps": 4},
+        difficulty="easy",
+        train_pool=260,
+        max_context=1024,
+    )
+    trainer = Trainer(cfg)
+    actor = None
+    try:
+        shipped_set = gym.make("agentgym/FrozenLake-v0").unwrapped.task_set
+        shipped = {t.id for t in shipped_set.pool("train", "easy")}
+        generated = [t for t in trainer.tasks if t not in shipped]
+        assert len(trainer.tasks) == 260 and generated
+        spec = pickle.loads(pickle.dumps(ray_rollout.actor_spec(trainer)))
+
+        def regrow(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the actor grew the train pool in its own process")
+
+        monkeypatch.setattr(ray_rollout, "trainer_env_kwargs", regrow)
+        actor = ray_rollout.RolloutActor(spec, snapshot(trainer.lm, trainer.version))
+        jobs = [RolloutJob(generated[-1], env_seed(0, 0, i), 0) for i in range(2)]
+        actor.submit(jobs)
+        actor.start()
+        groups = actor.take(1, 120.0)
+        assert isinstance(groups, list)
+        played = [t for g in groups for t in g.trajectories]
+        assert [t.job.task_id for t in played] == [generated[-1]] * 2
+        assert all(t.episode.valid for t in played)
+    finally:
+        if actor is not None:
+            actor.close()
+        trainer.close()
