@@ -260,6 +260,12 @@ class SFTConfig:
     """Oracle episodes of the train split collected for SFT."""
     lr: float = 1e-4
     """SFT learning rate."""
+    stop_loss: float = 0.0
+    """Stop SFT before ``steps`` once the mean SFT loss (nats per agent token) of the last
+    ``stop_window`` steps is at most this (0: run all ``steps``). An early stop tied to the
+    loss, not a step count, lands at the same point of learning whatever the data order."""
+    stop_window: int = 25
+    """SFT steps whose mean loss ``stop_loss`` reads."""
 
 
 @dataclass(frozen=True)
@@ -361,6 +367,13 @@ class TrainConfig:
             raise ConfigError(f"val_tasks must be >= 0, got {self.data.val_tasks}")
         if self.data.train_pool < 0:
             raise ConfigError(f"train_pool must be >= 0, got {self.data.train_pool}")
+        if not (math.isfinite(self.sft.stop_loss) and self.sft.stop_loss >= 0):
+            raise ConfigError(
+                f"sft_stop_loss must be a finite number >= 0 (0: no early stop), got "
+                f"{self.sft.stop_loss}"
+            )
+        if self.sft.stop_window < 1:
+            raise ConfigError(f"sft_stop_window must be >= 1, got {self.sft.stop_window}")
         if self.eval.split == VAL_SPLIT and self.data.val_tasks == 0 and self.eval.episodes:
             raise ConfigError(
                 "--eval-split val evaluates the tasks held out by --val-tasks: set --val-tasks N"

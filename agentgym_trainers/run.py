@@ -50,9 +50,18 @@ def oracle_trajectories(trainer: Trainer, episodes: int) -> list[Trajectory]:
     return [t for t in trajs if t.episode.valid]
 
 
-def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str, float]]:
+def sft(
+    trainer: Trainer,
+    steps: int,
+    episodes: int,
+    lr: float,
+    stop_loss: float = 0.0,
+    stop_window: int = 25,
+) -> list[dict[str, float]]:
     """Imitate oracle trajectories: token-mean NLL on agent tokens only (the imitation
-    targets of :class:`~agentgym_trainers.algorithms.sft.SFT`)."""
+    targets of :class:`~agentgym_trainers.algorithms.sft.SFT`); at most ``steps`` steps,
+    fewer when ``stop_loss`` > 0 and the mean loss of the last ``stop_window`` steps falls
+    to it (the loss is summed over processes, so every rank stops at the same step)."""
     cfg = trainer.cfg
     trajs = oracle_trajectories(trainer, episodes)
     seqs, _ = SFT(cfg, trainer).advantages(trajs)
@@ -73,6 +82,17 @@ def sft(trainer: Trainer, steps: int, episodes: int, lr: float) -> list[dict[str
         chosen = rng.sample(seqs, min(batch_size, len(seqs))) if seqs else []
         history.append(sft_step(trainer, optimizer, chosen))
         trainer.logger.log(step, {"sft_loss": history[-1]["sft_loss"]}, phase="sft")
+        recent = [h["sft_loss"] for h in history[-stop_window:]]
+        if stop_loss > 0 and len(recent) == stop_window and sum(recent) / stop_window <= stop_loss:
+            log.info(
+                "SFT stopped after %d of %d steps: mean loss of the last %d steps %.4f <= %g",
+                step + 1,
+                steps,
+                stop_window,
+                sum(recent) / stop_window,
+                stop_loss,
+            )
+            break
     trainer.lm.eval()
     trainer.optimizer, trainer.scheduler = trainer.rl_optimizer()
     return history
@@ -309,9 +329,17 @@ def train(
             _evaluate_phase(trainer, summary, "eval_initial")
         if resumed is None and config.sft.steps > 0:
             sft_start = time.perf_counter()
-            history = sft(trainer, config.sft.steps, config.sft.episodes, config.sft.lr)
+            history = sft(
+                trainer,
+                config.sft.steps,
+                config.sft.episodes,
+                config.sft.lr,
+                config.sft.stop_loss,
+                config.sft.stop_window,
+            )
             summary["sft_seconds"] = time.perf_counter() - sft_start
             summary["sft_loss"] = [h["sft_loss"] for h in history]
+            summary["sft_steps_done"] = len(history)
         if resumed is None:
             trainer.set_reference()  # KL anchors RL to the SFT-warmed policy
         if config.eval.episodes and resumed is None:

@@ -58,6 +58,38 @@ def test_resume_keeps_the_kl_reference(tmp_path: Path, tokenizer: Any) -> None:
         trainer.close()
 
 
+def test_sft_stops_when_its_recent_mean_loss_reaches_stop_loss(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    """--sft-stop-loss ends SFT at the first step whose last --sft-stop-window losses
+    average at most the threshold; a threshold never reached runs every step; train()
+    records how many ran."""
+    trainer = Trainer(sft_config(tmp_path))
+    try:
+        assert len(sft(trainer, steps=6, episodes=8, lr=1e-2, stop_loss=1e-9)) == 6
+        stopped = sft(trainer, steps=6, episodes=8, lr=1e-2, stop_loss=1e9, stop_window=2)
+        assert len(stopped) == 2  # the first step with a full window
+    finally:
+        trainer.close()
+    summary = train(sft_config(tmp_path / "b", sft_stop_loss=1e9, sft_stop_window=3))
+    assert summary["sft_steps_done"] == 3 == len(summary["sft_loss"])
+    rows = [
+        json.loads(x) for x in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows if r["phase"] == "sft"] == [0, 1, 2]
+
+
+def test_sft_stop_settings_name_the_fix(tmp_path: Path) -> None:
+    from agentgym_envs.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="sft_stop_loss must be a finite number >= 0"):
+        sft_config(tmp_path, sft_stop_loss=-0.1)
+    with pytest.raises(ConfigError, match="sft_stop_loss"):
+        sft_config(tmp_path, sft_stop_loss=float("nan"))
+    with pytest.raises(ConfigError, match="sft_stop_window must be >= 1"):
+        sft_config(tmp_path, sft_stop_window=0)
+
+
 def test_rl_starts_with_a_fresh_optimizer_and_its_warmup(tmp_path: Path, tokenizer: Any) -> None:
     trainer = Trainer(sft_config(tmp_path, warmup_steps=4, lr_schedule="cosine", steps=8))
     assert trainer.cfg.optim.lr == 1e-3
