@@ -97,6 +97,8 @@ OLD_KEYS = [
     "val_tasks",  # added with the validation slice of the learning recipes
     "tool_credit",  # added with layered credit for tool steps
     "train_pool",  # added with generated training pools
+    "sft_stop_loss",  # added with the SFT early stop by loss
+    "sft_stop_window",
 ]
 
 
