@@ -195,7 +195,6 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         self._outcome = Outcome.CONTINUE
         self._reason: str | None = None
         self._step = 0
-        self._wasted_step = -1  # the step whose call mark_wasted() marked
         self._budget = 0
         self._history: list[str] = []
         self._visits: dict[Any, int] = {}
@@ -613,18 +612,6 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
     @property
     def steps_taken(self) -> int:
         return self._step
-
-    def mark_wasted(self) -> None:
-        """Mark this step's call as wasted: the state refused it or it changed nothing (a
-        family's ``no_wasted_action`` step check reads :attr:`wasted_this_step`). Called
-        from a tool handler, so a call an injected fault refused, which never ran, is
-        never marked; a reset or a restored snapshot clears the mark."""
-        self._wasted_step = self._step
-
-    @property
-    def wasted_this_step(self) -> bool:
-        """Whether :meth:`mark_wasted` marked the call of the step being taken."""
-        return self._wasted_step == self._step
 
     @property
     def step_budget(self) -> int:

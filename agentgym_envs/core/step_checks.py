@@ -147,6 +147,9 @@ class StepCheckHooks:
     #: the version of the env's own checks, in ``versions["reward"]`` when λ > 0 (bump
     #: it when one changes); "" while the env reads the generic checks only
     step_checks_version: ClassVar[str] = ""
+    #: the step whose call :meth:`mark_wasted` marked (-1: none; reset and set_state clear it)
+    _wasted_step: int = -1
+    _step: int  # the env's step counter (AgentEnv sets it)
 
     def reward_version(self) -> str:
         """``info["versions"]["reward"]``: the reward config's tag, then ``+checks<N>``
@@ -154,6 +157,18 @@ class StepCheckHooks:
         config: RewardConfig = getattr(self, "reward_config")  # noqa: B009  (a mixin)
         own = config.local_weight and self.step_checks_version
         return config.version_tag + (f"+checks{self.step_checks_version}" if own else "")
+
+    def mark_wasted(self) -> None:
+        """Mark this step's call as wasted: the state refused it or it changed nothing (a
+        family's ``no_wasted_action`` check reads :attr:`wasted_this_step`). Called from a
+        tool handler, so a call an injected fault refused, which never ran, is never
+        marked; a reset or a restored snapshot clears the mark."""
+        self._wasted_step = self._step
+
+    @property
+    def wasted_this_step(self) -> bool:
+        """Whether :meth:`mark_wasted` marked the call of the step being taken."""
+        return self._wasted_step == self._step
 
     def step_check_specs(self) -> Sequence[StepCheckSpec]:
         """The checks this env reads for the current task (names unique)."""
