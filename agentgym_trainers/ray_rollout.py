@@ -370,15 +370,11 @@ def _gist(exc: BaseException) -> str:
 def actor_spec(trainer: Trainer) -> ActorSpec:
     """What a rollout actor for ``trainer`` is built from: its config, (on CPU) its
     sampler's random stream, so the actor draws what the thread worker would, and its
-    env factory. Without a custom one, the factory carries the learner's own env kwargs,
-    grown ``--train-pool`` tasks included, so the actor plays the learner's task set and
-    never regrows it (generating and validating a pool can take minutes)."""
-    cfg = trainer.cfg
+    env factory (``Trainer.make_env``, which carries the grown ``--train-pool`` tasks, so
+    the actor plays the learner's task set and never regrows it: generating and
+    validating a pool can take minutes)."""
     state = trainer.sampler.get_state() if trainer.sampler.device.type == "cpu" else None
-    make_env = trainer.custom_make_env or functools.partial(
-        make_trainer_env, cfg.data.env, trainer_env_kwargs(cfg.data)
-    )
-    return ActorSpec(cfg, state, make_env, trainer.rank)
+    return ActorSpec(trainer.cfg, state, trainer.make_env, trainer.rank)
 
 
 def ray_worker(trainer: Trainer, resources: ActorResources | None = None) -> RayRolloutWorker:

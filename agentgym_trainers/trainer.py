@@ -26,6 +26,7 @@ the worker after each update.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 import time
@@ -60,7 +61,13 @@ from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.branching import BranchStats, branch_metrics, make_brancher
 from agentgym_trainers.config import VAL_SPLIT, TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
-from agentgym_trainers.env_slots import EnvSlots, LocalEnvSlots, pool_slots, trainer_env_kwargs
+from agentgym_trainers.env_slots import (
+    EnvSlots,
+    LocalEnvSlots,
+    make_trainer_env,
+    pool_slots,
+    trainer_env_kwargs,
+)
 from agentgym_trainers.envs import register as register_fixtures
 from agentgym_trainers.model import ValueHead
 from agentgym_trainers.records import stored_episode
@@ -202,17 +209,21 @@ class Trainer:
         dist.broadcast_parameters(self.params)
         self.optimizer, self.scheduler = self.rl_optimizer()
         self.chat = ChatFormat(self.tokenizer)
-        self.engine = self._engine(self.lm)
+        self.engine = rollout_engine(config, self.lm)
         self.sampler = self.make_sampler(self.lm, self.engine)
         if make_env is not None and config.data.train_pool:
             raise ConfigError(
                 "--train-pool grows the tasks of the envs the trainer makes from --env; "
                 "a custom make_env builds its own (pass it the tasks instead)"
             )
-        env_kwargs = trainer_env_kwargs(config.data)
+        # gym.make kwargs of --env, with the grown --train-pool tasks
+        self.env_kwargs = trainer_env_kwargs(config.data)
         # the env factory a caller passed (None: built from --env); Ray pickles it into actors
         self.custom_make_env = make_env
-        self.make_env = make_env or (lambda: gym.make(config.data.env, **env_kwargs))
+        # picklable either way: the Ray rollout actor builds its envs with the same factory
+        self.make_env = make_env or functools.partial(
+            make_trainer_env, config.data.env, self.env_kwargs
+        )
         self.runner = self.make_runner(self.sampler)
         # --rollout async: the rollout worker's side, made when RL starts (rl_step)
         self.rollouts: AsyncRollouts | None = None
@@ -301,9 +312,6 @@ class Trainer:
         if self.cfg.objective.kl_coef > 0:
             self.ref = copy.deepcopy(self.lm).eval().requires_grad_(False)
 
-    def _engine(self, lm: torch.nn.Module, cuda_graphs: bool = True) -> StaticEngine | None:
-        return rollout_engine(self.cfg, lm, cuda_graphs)
-
     def make_sampler(self, lm: torch.nn.Module, engine: StaticEngine | None = None) -> Sampler:
         """The rollout sampler over ``lm`` (``engine``: default, a new one when the run
         uses the static engine; the asynchronous worker's copy of the policy gets its own).
@@ -312,7 +320,7 @@ class Trainer:
         while the learner works on the same GPU, and a graph capture forbids the
         synchronising calls the learner makes in the meantime."""
         if engine is None and lm is not self.lm:
-            engine = self._engine(lm, cuda_graphs=False)
+            engine = rollout_engine(self.cfg, lm, cuda_graphs=False)
         return rollout_sampler(self.cfg, lm, self.chat, self.rank, engine)
 
     def make_runner(self, generator: Generator) -> RolloutRunner:
@@ -325,7 +333,7 @@ class Trainer:
             slots = pool_slots(
                 self.cfg.data.env,
                 cfg.n_envs,
-                env_kwargs=trainer_env_kwargs(self.cfg.data),
+                env_kwargs=self.env_kwargs,
                 make_env=self.custom_make_env,
                 envs_per_actor=cfg.envs_per_actor,
                 address=cfg.ray_address or None,
@@ -346,7 +354,7 @@ class Trainer:
         if split == VAL_SPLIT and not held:
             raise ConfigError("the 'val' split is the tasks held out by --val-tasks N: set N")
         if held and split in (VAL_SPLIT, data.split):
-            grown = trainer_env_kwargs(data).get("tasks")
+            grown = self.env_kwargs.get("tasks")
             by = grown.header.get("grown") if grown is not None else None
             shipped = by["shipped"] if by and by["split"] == data.split else len(ids)
             if held >= shipped:
