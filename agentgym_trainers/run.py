@@ -82,17 +82,18 @@ def sft(
         chosen = rng.sample(seqs, min(batch_size, len(seqs))) if seqs else []
         history.append(sft_step(trainer, optimizer, chosen))
         trainer.logger.log(step, {"sft_loss": history[-1]["sft_loss"]}, phase="sft")
-        recent = [h["sft_loss"] for h in history[-stop_window:]]
-        if stop_loss > 0 and len(recent) == stop_window and sum(recent) / stop_window <= stop_loss:
-            log.info(
-                "SFT stopped after %d of %d steps: mean loss of the last %d steps %.4f <= %g",
-                step + 1,
-                steps,
-                stop_window,
-                sum(recent) / stop_window,
-                stop_loss,
-            )
-            break
+        if stop_loss > 0 and len(history) >= stop_window:
+            mean = sum(h["sft_loss"] for h in history[-stop_window:]) / stop_window
+            if mean <= stop_loss:
+                log.info(
+                    "SFT stopped after %d of %d steps: mean loss of the last %d steps %.4f <= %g",
+                    step + 1,
+                    steps,
+                    stop_window,
+                    mean,
+                    stop_loss,
+                )
+                break
     trainer.lm.eval()
     trainer.optimizer, trainer.scheduler = trainer.rl_optimizer()
     return history
