@@ -87,9 +87,13 @@ def test_concurrent_requests_are_batched(served: tuple[ChatServer, str]) -> None
     with ThreadPoolExecutor(4) as pool:
         with server.batcher.hold():  # the model is busy: all 4 requests queue up
             futures = [pool.submit(post, url, b) for b in bodies]
-            deadline = time.monotonic() + 30
-            while server.batcher.pending < 3 and time.monotonic() < deadline:
-                time.sleep(0.01)  # the worker holds the first, 3 wait in the queue
+            # pending counts every row submitted and not answered: the one the
+            # worker took and the 3 behind it. Waiting for only 3 let the hold end
+            # before the 4th arrived, and the rows went out as [3, 1].
+            deadline = time.monotonic() + 120
+            while server.batcher.pending < 4:
+                assert time.monotonic() < deadline, "the 4 requests never reached the batcher"
+                time.sleep(0.01)
         together = [f.result()[1]["choices"][0]["message"]["content"] for f in futures]
     assert server.batcher.batch_sizes[before:] == [4]
     assert together == alone  # each row follows its own seed, whatever the batch
