@@ -246,28 +246,28 @@ def test_results_in_the_repo_match_their_recipe() -> None:
 
 
 @pytest.mark.slow
-def test_the_committed_grpo_result_reproduces(tmp_path: Path) -> None:
-    """The committed recipe's GRPO run, replayed, gives the committed held-out results
-    exactly, and RL's gain over the SFT start (deterministic on CPU: fixed init, task,
-    env and sampling seeds, one thread; about 15 minutes on 2 cores)."""
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_committed_grpo_result_reproduces(name: str, tmp_path: Path) -> None:
+    """Each committed recipe's GRPO run, replayed, gives the committed held-out results
+    exactly (deterministic on CPU: fixed init, task, env and sampling seeds, one thread;
+    about 15 minutes each on 2 cores), and RL's gain over the SFT start meets issue 14's
+    bar: at least +25 points with the Wilson intervals apart."""
     import torch
 
     committed = json.loads(
-        (
-            Path(__file__).resolve().parents[2] / "docs/results/cpu/frozenlake/summary.json"
-        ).read_text()
+        (Path(__file__).resolve().parents[2] / f"docs/results/cpu/{name}/summary.json").read_text()
     )["algos"]["grpo"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as agentgym_trainers.learn runs
     try:
-        report = run_recipe(RECIPES["frozenlake"], tmp_path / "out", tmp_path / "work", ["grpo"])
+        report = run_recipe(RECIPES[name], tmp_path / "out", tmp_path / "work", ["grpo"])
     finally:
         torch.set_num_threads(threads)
     grpo = report["algos"]["grpo"]
     for phase in PHASES:
         assert grpo[phase]["per_task"] == committed[phase]["per_task"], phase
         assert grpo[phase]["greedy"]["per_task"] == committed[phase]["greedy"]["per_task"]
-    assert grpo["rl_gain"] > 0 and grpo["rl_gain_greedy"] > 0
     # RL's gain is real at the episode level: the Wilson intervals after SFT and after
-    # RL do not overlap (the task bootstrap's do not yet; docs/results/README.md)
+    # RL do not overlap (the task bootstrap's need not yet; docs/results/README.md)
+    assert grpo["rl_gain"] >= 0.25
     assert grpo["wilson_separate"] is True
