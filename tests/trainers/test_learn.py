@@ -246,6 +246,7 @@ def test_results_in_the_repo_match_their_recipe() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # a whole recipe run: the suite's 300 s would stop it
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_the_committed_grpo_result_reproduces(name: str, tmp_path: Path) -> None:
     """Each committed recipe's GRPO run, replayed, gives the committed held-out results
