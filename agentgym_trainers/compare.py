@@ -201,6 +201,7 @@ def entry_result(
         "sampled_tokens": int(sum(float(r["generated_tokens"]) for r in rows)),
         "branch_tokens": int(sum(float(r.get("branch_tokens", 0.0)) for r in rows)),
         "same_sft_start": same_start,
+        "platform": result.get("platform"),
         "vs_baseline": versus,
     }
 
@@ -293,6 +294,18 @@ def _cost(entry: dict[str, Any], baseline: dict[str, Any]) -> str:
     return text
 
 
+def platform_text(info: dict[str, Any] | None) -> str:
+    """One line naming the platform a result ran on (``agentgym_trainers.provenance``)."""
+    if not info:
+        return "not recorded (the result predates platform records)"
+    packages = ", ".join(f"{k} {v}" for k, v in info.get("packages", {}).items() if v)
+    threads = info.get("torch_threads")
+    return (
+        f"{info.get('cpu', '?')} ({info.get('cpu_capability', '?')}), {info.get('device', '?')}, "
+        f"{threads} torch thread{'s' if threads != 1 else ''}, {packages}"
+    )
+
+
 def markdown(report: dict[str, Any]) -> str:
     """``README.md`` of a comparison, generated from its summary (never typed)."""
     entries = report["entries"]
@@ -335,6 +348,7 @@ def markdown(report: dict[str, Any]) -> str:
         names = ", ".join(f"{e['name']} (`{e['algo']}`)" for e in group)
         overrides = json.dumps(group[0]["overrides"]) if group[0]["overrides"] else "none"
         lines += [f"`{source}`, overrides {overrides}: {names}", ""]
+        lines += [f"Platform: {platform_text(group[0]['platform'])}.", ""]
         commands = dict.fromkeys(c for e in group for c in e["commands"])
         lines += [*[f"    {c}" for c in commands], ""]
     return "\n".join(lines)

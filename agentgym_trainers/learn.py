@@ -12,8 +12,11 @@ GRPO, RLOO and PPO from the same small model and the same SFT warm start, and wr
 * ``curves.png``: training success and return of the three algorithms on one plot,
   and the held-out success of each phase with its interval.
 
-Every run is deterministic on CPU: fixed model initialisation, task sampling, env and
-sampling seeds.
+Every run is deterministic on one CPU platform: fixed model initialisation, task
+sampling, env and sampling seeds, one torch thread. Each result records its platform
+(:mod:`agentgym_trainers.provenance`): on another CPU or package version the kernels
+round differently, the runs part after a few hundred steps, and only the statistical
+claims (the gain and its intervals) are expected to hold.
 
 ``--rollout async --max-lag K`` trains the same recipe with asynchronous rollouts
 (:mod:`agentgym_trainers.async_rollout`); its results are stored next to the synchronous
@@ -212,6 +215,8 @@ def algo_result(summary: dict[str, Any], wall_s: float) -> dict[str, Any]:
         "rl_steps": int(summary.get("steps", 0)),
         "steps_per_hour": round(int(summary.get("steps", 0)) * 3600 / max(rl_seconds, 1e-9), 1),
         "wall_s": round(wall_s, 1),
+        # where it ran (agentgym_trainers/provenance.py): a replay elsewhere may differ
+        **({"platform": summary["platform"]} if "platform" in summary else {}),
     }
 
 

@@ -23,6 +23,7 @@ from agentgym_trainers.algorithms.sft import SFT
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.env_slots import oracle_script
+from agentgym_trainers.provenance import platform_info
 from agentgym_trainers.rollout import RolloutJob, Trajectory
 from agentgym_trainers.runlog import read_metrics
 from agentgym_trainers.trainer import Trainer, _chunks, env_seed
@@ -319,7 +320,11 @@ def train(
 ) -> dict[str, Any]:
     """Run ``config`` end to end; returns a summary (also written to ``summary.json``)."""
     trainer = Trainer(config, make_env)
-    summary: dict[str, Any] = {"config": config.to_json(), "world_size": trainer.world}
+    summary: dict[str, Any] = {
+        "config": config.to_json(),
+        "world_size": trainer.world,
+        "platform": platform_info(str(trainer.device)),  # an exact replay needs the same
+    }
     try:
         resumed = latest_checkpoint(trainer.run_dir) if config.run.resume else None
         if resumed is not None:

@@ -11,6 +11,7 @@ import pytest
 from agentgym_envs.core.errors import ConfigError
 from agentgym_trainers.compare import Entry, compare, main, parse_entry, sentence, verdict
 from agentgym_trainers.learn import algo_result, paired_difference
+from agentgym_trainers.provenance import platform_info
 
 TASKS = 20
 
@@ -285,3 +286,21 @@ def test_an_entry_lists_the_command_of_its_own_result(tmp_path: Path) -> None:
         ["learn --algos grpo"],
         ["learn --algos ppo"],
     ]
+
+
+def test_each_source_names_the_platform_it_ran_on(tmp_path: Path) -> None:
+    """Runs on two CPUs are not an exact pair (provenance.py): the README says where each
+    ran, and that an old result did not record it."""
+    old = write_run(tmp_path / "old", {"grpo": 8}, {"grpo": rl_rows(2, 1.0, 10)})
+    new = write_run(tmp_path / "new", {"grpo": 9}, {"grpo": rl_rows(2, 1.0, 10)})
+    summary = json.loads((new / "summary.json").read_text())
+    summary["algos"]["grpo"]["platform"] = platform_info("cpu") | {"cpu": "Example CPU 9000"}
+    (new / "summary.json").write_text(json.dumps(summary))
+    report = compare([Entry("old", old), Entry("new", new)], tmp_path / "out")
+    assert report["entries"][0]["platform"] is None
+    assert report["entries"][1]["platform"]["cpu"] == "Example CPU 9000"
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert "Platform: not recorded (the result predates platform records)." in text
+    torch_version = platform_info()["packages"]["torch"]
+    assert f"Platform: Example CPU 9000 ({platform_info()['cpu_capability']}), cpu" in text
+    assert f"torch {torch_version}" in text

@@ -19,6 +19,7 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.store import TrajectoryStore
 from agentgym_trainers.config import TrainConfig, field_docs, flat_docs, parse
 from agentgym_trainers.envs import DigitFractionEnv, register
+from agentgym_trainers.provenance import cpu_model, platform_info, replay_platform
 from agentgym_trainers.run import train
 
 BANDIT_ARGS = [
@@ -77,6 +78,8 @@ def test_agentgym_train_runs_end_to_end_on_frozenlake(tmp_path: Path, capsys: An
     assert "eval_before" in out and "eval_after" in out
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and len(summary["sft_loss"]) == 2
+    # where it ran, so a replay elsewhere knows why its episodes may differ
+    assert summary["platform"] == platform_info("cpu")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     rl = [m for m in metrics if "reward" in m]
     assert [m["step"] for m in rl] == [1, 2]
@@ -171,3 +174,14 @@ def test_bandit_fixture_follows_the_env_contract() -> None:
     assert env.step(oracle.act())[4]["outcome"] == "success"
     env.reset(seed=5)
     assert env.step("")[1] == 0.0  # doing nothing earns nothing
+
+
+def test_platform_names_the_cpu_and_what_a_replay_must_share(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Example CPU 9000\n")
+    assert cpu_model(cpuinfo) == "Example CPU 9000"
+    info = platform_info("cpu")
+    assert info["packages"]["torch"] and info["cpu_capability"] and info["torch_threads"] >= 1
+    # a Python patch release changes no arithmetic; a package or CPU kernel path does
+    assert replay_platform(info | {"python": "3.11.99"}) == replay_platform(info)
+    assert replay_platform(info | {"cpu_capability": "AVX2"}) != replay_platform(info)
