@@ -339,7 +339,8 @@ class ThreadRolloutWorker:
             self._wait_s += time.perf_counter() - start
             return not self._stop
 
-    def _feed(self) -> tuple[int, RolloutJob] | None:
+    def _feed(self, slot: int) -> tuple[int, RolloutJob] | None:
+        del slot  # new episodes only: any free slot plays the oldest job
         with self._cond:
             if self._stop:
                 raise _Stopped

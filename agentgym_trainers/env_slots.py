@@ -85,6 +85,10 @@ class EnvSlots(Protocol):
         broke while taking it."""
         ...
 
+    def get_states(self, slots: Sequence[int]) -> list[Any]:
+        """:meth:`get_state` of several slots (in parallel where the envs are remote)."""
+        ...
+
     def set_state(self, i: int, state: Any) -> SlotResult:
         """Restore a snapshot into slot ``i`` (a reset to that state, ``call`` RESET with
         no observation), or a crashed result."""
@@ -137,6 +141,9 @@ class LocalEnvSlots:
         except Exception as exc:
             log.warning("env snapshot failed (slot %d): %r", i, exc)
             return None
+
+    def get_states(self, slots: Sequence[int]) -> list[Any]:
+        return [self.get_state(i) for i in slots]
 
     def set_state(self, i: int, state: Any) -> SlotResult:
         env = self.envs[i]
@@ -214,6 +221,16 @@ class PoolEnvSlots:
         except Exception as exc:  # ActorLost, or the env's own exception from its actor
             log.warning("env snapshot failed (slot %d): %r", i, exc)
             return None
+
+    def get_states(self, slots: Sequence[int]) -> list[Any]:
+        """Taken on the actors in parallel, so a turn's snapshots cost one round trip."""
+        out = []
+        for i, state in zip(slots, self.pool.get_state_many(slots), strict=True):
+            if isinstance(state, Exception):  # as get_state: no snapshot, no branch here
+                log.warning("env snapshot failed (slot %d): %r", i, state)
+                state = None
+            out.append(state)
+        return out
 
     def set_state(self, i: int, state: Any) -> SlotResult:
         try:

@@ -273,6 +273,10 @@ class TurnCheckpoint:
     """The rollout's bookkeeping then (see :meth:`_Episode.fork`)."""
     prompt: int
     """The tokens of the segment the turn is sampled after."""
+    slot: int | None = None
+    """The env slot that played the original. The generator's cache row of that slot
+    still holds the original's tokens after its episode, so :meth:`RolloutRunner.collect`
+    plays a branch there when it can: its prompt is then a cached prefix, not recomputed."""
 
 
 @dataclass
@@ -372,10 +376,9 @@ class RolloutRunner:
                 episodes (``Trajectory.checkpoints``): one env snapshot per turn.
         """
         stats = RolloutStats()
-        queue = deque(enumerate(jobs))
         results: dict[int, Trajectory] = {}
         self.play(
-            lambda: queue.popleft() if queue else None,
+            _SlotQueue(jobs, len(self.slots)).take,
             results.__setitem__,
             stats,
             policy_version=policy_version,
@@ -386,7 +389,7 @@ class RolloutRunner:
 
     def play(
         self,
-        feed: Callable[[], tuple[int, RolloutJob | TurnCheckpoint] | None],
+        feed: Callable[[int], tuple[int, RolloutJob | TurnCheckpoint] | None],
         emit: Callable[[int, Trajectory], None],
         stats: RolloutStats,
         *,
@@ -398,12 +401,13 @@ class RolloutRunner:
         """Play jobs until ``feed`` has none left and every episode has ended.
 
         The streaming form of :meth:`collect`, for a rollout worker that is handed jobs
-        while it plays: free env slots take ``(key, job)`` pairs from ``feed`` (None: no
-        job now) before every generation call, and each trajectory goes to
+        while it plays: each free env slot takes a ``(key, job)`` pair from
+        ``feed(slot)`` (None: no job now) before every generation call, and each
+        trajectory goes to
         ``emit(key, trajectory)`` as soon as it ends.
 
         Args:
-            feed: the next job and its key, or None.
+            feed: the next job for the free slot it is given, with its key, or None.
             emit: receives each finished trajectory with its job's key.
             stats: time and tokens are added to it.
             policy_version: the version recorded on every turn (default: the
@@ -417,7 +421,7 @@ class RolloutRunner:
         live: dict[int, tuple[int, _Episode]] = {}  # slot -> (job key, episode)
         while True:
             for slot in range(len(self.slots)):
-                while slot not in live and (item := feed()) is not None:
+                while slot not in live and (item := feed(slot)) is not None:
                     index, job = item
                     if isinstance(job, TurnCheckpoint):
                         episode = self._resume(slot, job, stats)
@@ -436,9 +440,7 @@ class RolloutRunner:
             if not live:
                 return
             slots = sorted(live)
-            for slot in slots:
-                if live[slot][1].keep_checkpoints:
-                    self._checkpoint(slot, live[slot][1], stats)
+            self._checkpoint([s for s in slots if live[s][1].keep_checkpoints], live, stats)
             if before_generate is not None:
                 before_generate()
             samples = self._generate(live, slots, stats, script is not None)
@@ -536,20 +538,26 @@ class RolloutRunner:
             episode.fold.crash(result.error)
         return episode
 
-    def _checkpoint(self, slot: int, ep: _Episode, stats: RolloutStats) -> None:
-        """Keep the checkpoint before ``ep``'s next turn (None when the env's snapshot
-        could not be taken: that turn is not branched from)."""
+    def _checkpoint(
+        self, slots: list[int], live: dict[int, tuple[int, _Episode]], stats: RolloutStats
+    ) -> None:
+        """Keep the checkpoint before the next turn of each of ``slots``' episodes (None
+        where the env's snapshot could not be taken: that turn is not branched from)."""
+        if not slots:
+            return
         start = time.perf_counter()
         try:
-            state = self.slots.get_state(slot)
+            states = self.slots.get_states(slots)
         finally:
             stats.env_s += time.perf_counter() - start
-        turn = len(ep.traj.actions)
-        assert len(ep.traj.checkpoints) == turn, "one checkpoint per turn"
-        ckpt = None
-        if state is not None:
-            ckpt = TurnCheckpoint(turn, state, ep.fork(None), len(ep.segment.ids))
-        ep.traj.checkpoints.append(ckpt)
+        for slot, state in zip(slots, states, strict=True):
+            ep = live[slot][1]
+            turn = len(ep.traj.actions)
+            assert len(ep.traj.checkpoints) == turn, "one checkpoint per turn"
+            ckpt = None
+            if state is not None:
+                ckpt = TurnCheckpoint(turn, state, ep.fork(None), len(ep.segment.ids), slot)
+            ep.traj.checkpoints.append(ckpt)
 
     def _act(self, ep: _Episode, sample: Sample, version: int) -> str:
         """Append a sample (drawn by weights ``version``); returns its action text."""
@@ -688,6 +696,35 @@ class RolloutRunner:
             ep.traj.segments.append(_trimmed(ep.segment))
         ep.traj.context["segments"] = len(ep.traj.segments)
         return ep.traj
+
+
+class _SlotQueue:
+    """The jobs of one :meth:`RolloutRunner.collect`, handed out in order, except that a
+    slot takes first the branches whose original it played (``TurnCheckpoint.slot``), so
+    they extend the prefix its cache row holds. A slot without such jobs takes the next
+    job without a slot, else the last queued branch of the slot with the most waiting (one
+    cache row is reused at most by the branches after the first there; stealing from the
+    longest queue keeps the most of them)."""
+
+    def __init__(self, jobs: Sequence[RolloutJob | TurnCheckpoint], n_slots: int) -> None:
+        self.free: deque[tuple[int, RolloutJob | TurnCheckpoint]] = deque()
+        self.own: list[deque[tuple[int, RolloutJob | TurnCheckpoint]]] = [
+            deque() for _ in range(n_slots)
+        ]
+        for item in enumerate(jobs):
+            slot = item[1].slot if isinstance(item[1], TurnCheckpoint) else None
+            if slot is not None and 0 <= slot < n_slots:
+                self.own[slot].append(item)
+            else:
+                self.free.append(item)
+
+    def take(self, slot: int) -> tuple[int, RolloutJob | TurnCheckpoint] | None:
+        if self.own[slot]:
+            return self.own[slot].popleft()
+        if self.free:
+            return self.free.popleft()
+        longest = max(self.own, key=len)
+        return longest.pop() if longest else None
 
 
 def _trimmed(seg: Segment) -> Segment:

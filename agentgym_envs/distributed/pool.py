@@ -78,6 +78,18 @@ class _Flight:
     deadline: float
 
 
+@dataclass
+class _Control:
+    """A control call (snapshot, oracle, ...) sent and not yet awaited."""
+
+    ref: Any
+    slot: int
+    method: str
+    actor: int
+    generation: int
+    deadline: float
+
+
 class RayEnvPool:
     """``n`` env slots on Ray actors, ``envs_per_actor`` to an actor.
 
@@ -278,6 +290,24 @@ class RayEnvPool:
             ActorLost: the slot's actor was restarted since its reset.
         """
         return self._control(i, "get_state", episode=True)
+
+    def get_state_many(self, slots: Sequence[int]) -> list[Any]:
+        """The snapshots of several slots' episodes, taken on their actors in parallel;
+        in order, each the snapshot or the exception :meth:`get_state` would have raised
+        for that slot (returned, so a lost actor costs only its own slots' snapshots)."""
+        started: list[Any] = []
+        for i in slots:
+            try:
+                started.append(self._start_control(i, "get_state", episode=True))
+            except Exception as exc:
+                started.append(exc)
+        out: list[Any] = []
+        for call in started:
+            try:
+                out.append(call if isinstance(call, Exception) else self._await_control(call))
+            except Exception as exc:
+                out.append(exc)
+        return out
 
     def set_state(self, i: int, state: Any) -> None:
         """Restore a snapshot (from any slot, any actor, any node) into slot ``i``."""
@@ -519,7 +549,12 @@ class RayEnvPool:
     ) -> Any:
         """A blocking call that is not a reset or step: with slot ``i``'s env index as
         first argument when ``env``, and only while its episode lives when ``episode``."""
-        ray = self._ray
+        return self._await_control(self._start_control(i, method, *args, env=env, episode=episode))
+
+    def _start_control(
+        self, i: int, method: str, *args: Any, env: bool = True, episode: bool = False
+    ) -> _Control:
+        """Send the call of :meth:`_control` without waiting for it."""
         slot = self._slot(i)
         if env:
             self._check_free(i)
@@ -529,20 +564,27 @@ class RayEnvPool:
             raise ActorLost(f"slot {i}'s actor was restarted; its episode is lost (reset it)")
         fn = getattr(actor.handle, method)
         ref = fn.remote(slot.local, *args) if env else fn.remote(*args)
-        done, _ = ray.wait([ref], timeout=self.step_timeout_s)
+        deadline = time.monotonic() + self.step_timeout_s
+        return _Control(ref, i, method, slot.actor, generation, deadline)
+
+    def _await_control(self, call: _Control) -> Any:
+        """The result of a call from :meth:`_start_control` (its errors as :meth:`_control`'s)."""
+        ray = self._ray
+        i, method = call.slot, call.method
+        done, _ = ray.wait([call.ref], timeout=max(call.deadline - time.monotonic(), 0.0))
         if not done:
             why = f"{method} on slot {i} ran past step_timeout_s={self.step_timeout_s:g}"
-            self._ready.extend(self._orphans(slot.actor, generation, why))
-            self._restart(slot.actor, generation, why)
+            self._ready.extend(self._orphans(call.actor, call.generation, why))
+            self._restart(call.actor, call.generation, why)
             raise ActorLost(f"{why}; its actor was killed and restarted")
         try:
-            return ray.get(ref)
+            return ray.get(call.ref)
         except ray.exceptions.RayTaskError:
             raise  # the env's own exception (a RayTaskError is also an instance of it)
         except ray.exceptions.RayError as exc:
             why = f"the actor hosting slot {i} died during {method}"
-            self._ready.extend(self._orphans(slot.actor, generation, why))
-            self._restart(slot.actor, generation, _describe(exc))
+            self._ready.extend(self._orphans(call.actor, call.generation, why))
+            self._restart(call.actor, call.generation, _describe(exc))
             raise ActorLost(why) from None
 
     def _orphans(self, a: int, generation: int, why: str) -> list[SlotResult]:

@@ -24,7 +24,7 @@ import pytest
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.errors import ArgumentError, ConfigError, EnvNotFoundError
 from agentgym_envs.core.info import Outcome
-from agentgym_envs.distributed import ActorResources, Call, CrashCode, RayEnvPool
+from agentgym_envs.distributed import ActorLost, ActorResources, Call, CrashCode, RayEnvPool
 from agentgym_envs.distributed.cluster import LocalCluster
 from agentgym_envs.distributed.procs import alive, marked, terminate
 from agentgym_envs.eval.evaluate import EvalConfig, compare_episodes, evaluate
@@ -255,6 +255,26 @@ def test_env_exceptions_and_a_killed_actor_end_episodes_as_env_errors(pool: RayE
     assert not pool.step(0, 'move(direction="up")').crashed
     assert pool.where(0)["pid"] != first
     assert not pool.step(3, 'move(direction="up")').crashed  # the other actor never noticed
+
+
+def test_snapshots_of_many_slots_and_a_killed_actor_costs_only_its_own(
+    pool: RayEnvPool,
+) -> None:
+    """``get_state_many`` sends every slot's snapshot call before waiting for any (the
+    rollout runner's checkpoint before each turn); each entry is what ``get_state`` gives,
+    and a killed actor's slots get its exception, not the others'."""
+    import ray
+
+    for r in pool.reset_many([(i, 10 + i, None) for i in range(4)]):
+        assert not r.crashed
+    pool.step_many([(i, 'move(direction="up")') for i in range(4)])
+    alone = [pool.get_state(i) for i in range(4)]
+    assert pool.get_state_many([3, 0, 2, 1]) == [alone[3], alone[0], alone[2], alone[1]]
+    ray.kill(pool.handle(2))  # slots 2 and 3 live on actor 1
+    lost = pool.get_state_many([0, 2, 1, 3])
+    assert lost[0] == alone[0] and lost[2] == alone[1]
+    assert all(isinstance(x, ActorLost) for x in (lost[1], lost[3])), lost
+    assert pool.restarts == 1  # one actor, restarted once for both of its slots
 
 
 def test_an_actor_that_exits_mid_step_and_one_that_hangs(ray_cluster: LocalCluster) -> None:

@@ -18,6 +18,7 @@ from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.spaces import TextSpace
 from agentgym_envs.distributed.cluster import LocalCluster
 from agentgym_envs.llm.chat import ChatFormat
+from agentgym_envs.llm.engine import StaticEngine
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.branching import (
@@ -127,6 +128,40 @@ def assert_greedy_branches_replay(r: RolloutRunner) -> None:
             assert b.episode.rewards == original.episode.rewards
             assert b.episode.outcome is original.episode.outcome
             assert [s.ids for s in b.segments] == [s.ids for s in original.segments]
+    finally:
+        r.close()
+
+
+def test_a_branch_plays_where_its_original_cached_its_prefix(
+    tokenizer: Any, tiny_model: Any
+) -> None:
+    """The static engine keeps one cache row per env slot. Branches listed in the
+    opposite order of their originals' slots still go to those slots, so their first
+    generation call recomputes nothing of the prompt but its last token (a branch in the
+    other slot would share only the chat head with that row)."""
+    chat = ChatFormat(tokenizer)
+    engine = StaticEngine(tiny_model, max_batch=2, max_len=2048, cuda_graphs=False)
+    sampler = Sampler(tiny_model, eos_ids=[chat.eos_id], pad_id=chat.pad_id, seed=0, engine=engine)
+    r = RolloutRunner(
+        lambda: gym.make(LAKE, max_steps=4), chat, sampler, n_envs=2, max_new_tokens=12,
+        max_context=2048,
+    )  # fmt: skip
+    reused: list[int] = []
+    extend = engine.extend
+
+    def counted(prompts: Any) -> Any:
+        before = engine.reused_tokens
+        logits = extend(prompts)
+        reused.append(engine.reused_tokens - before)
+        return logits
+
+    try:
+        trajs, _ = r.collect([RolloutJob(None, 3, 0), RolloutJob(None, 8, 1)], 0, checkpoints=True)
+        ckpts = [t.checkpoints[1] for t in reversed(trajs)]
+        assert all(c is not None for c in ckpts) and [c.slot for c in ckpts] == [1, 0]
+        engine.extend = counted  # type: ignore[method-assign]
+        r.collect(ckpts, 0)
+        assert reused[0] == sum(c.prompt - 1 for c in ckpts)
     finally:
         r.close()
 
