@@ -234,12 +234,13 @@ def test_identical_branches_get_zero_advantage(tmp_path: Path, tokenizer: Any) -
 
 
 class SecondTurnEnv(gym.Env[str, str]):
-    """Three turns; only the second reply decides the episode: success (reward 1 at the
-    end) when it has an even number of characters. Snapshots: ``get_state``/``set_state``.
-    """
+    """Three turns; only the ``DECIDES``-th reply (the second) decides the episode:
+    success (reward 1 at the end) when it has an even number of characters. Snapshots:
+    ``get_state``/``set_state``."""
 
     metadata = {"render_modes": []}
     task_ids = ("second-turn",)
+    DECIDES = 2
 
     def __init__(self) -> None:
         self.observation_space = TextSpace(max_length=256)
@@ -255,7 +256,7 @@ class SecondTurnEnv(gym.Env[str, str]):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._turn += 1
-        if self._turn == 2:
+        if self._turn == self.DECIDES:
             self._even = len(action) % 2 == 0
         done = self._turn == 3
         outcome = Outcome.CONTINUE
@@ -320,6 +321,45 @@ def test_only_the_deciding_turn_gets_credit(tmp_path: Path, tokenizer: Any) -> N
         for t in trajs:
             for b in t.branches[1]:
                 assert b.episode.success == (len(b.actions[1]) % 2 == 0)
+    finally:
+        trainer.close()
+
+
+class FirstTurnEnv(SecondTurnEnv):
+    """The same, decided by the first reply."""
+
+    DECIDES = 1
+
+
+def test_when_the_first_turn_decides_no_other_token_gets_credit(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    """Branches from every turn of FirstTurnEnv (sampled, K=4): every trained token of
+    every sequence, original or branch, has advantage exactly 0 unless it is a token of
+    the first reply, and some first reply's tokens have non-zero credit."""
+    cfg = make_config(
+        tmp_path, env="second-turn", env_kwargs={}, branch_k=4, tasks_per_step=2, group_size=2
+    )
+    trainer = Trainer(cfg, make_env=FirstTurnEnv)
+    try:
+        trajs, seqs, _ = branched_batch(trainer)
+        n_original = sum(len(t.segments) for t in trajs)
+        assert all(t.context["branch"]["turns"] == [0, 1, 2] for t in trajs)
+        first_turn: list[float] = []
+        for k, s in enumerate(seqs):
+            traj = trajs[s.traj]
+            if k < n_original:  # an original: its first reply is turn 0 of its one segment
+                assert len(traj.segments) == 1
+                first, last = original_span(traj, 0)
+            else:  # a branch: its one trained action ends it; from turn 0 if its prompt
+                trained = [i for i, m in enumerate(s.mask) if m]  # is the first prompt
+                first, last = trained[0], trained[-1]
+                if first != prompt_len(traj, 0):
+                    first, last = len(s.ids), -1  # branched later: nothing may be credited
+            credited = [i for i, a in enumerate(s.advantages) if a != 0.0]
+            assert all(first <= i <= last for i in credited), (k, credited, first, last)
+            first_turn += s.advantages[first : last + 1]
+        assert any(a != 0.0 for a in first_turn)
     finally:
         trainer.close()
 
