@@ -250,16 +250,32 @@ class ActionParser:
         return [spans.shift(block.start) for spans in found]
 
     def _locate_embedded(self, body: str) -> list[CallSpans]:
-        embedded = _embedded_object(body)
+        embedded = self._embedded_call(body)
         if embedded is not None:
             start, end, _ = embedded
             return [json_call(body[start:end], Span(0, end - start)).shift(start)]
         last = _last_line_span(body)
-        line = body[last.start : last.end]
-        match = _CALL_NAME.match(line)
-        if match and match.group(1) in self.tools and line.rstrip("; \t").endswith(")"):
+        if self._is_call_line(body[last.start : last.end]):
             return self._locate_block(body, last)
         return []
+
+    def _is_call_line(self, line: str) -> bool:
+        """Whether a line of free text is a call to one of the tools (``name(...)``)."""
+        match = _CALL_NAME.match(line)
+        return bool(match and match.group(1) in self.tools and line.rstrip("; \t").endswith(")"))
+
+    def _embedded_call(self, body: str) -> tuple[int, int, dict[str, Any]] | None:
+        """The call object written in free text (``_embedded_object``), unless it lies
+        inside a last line that calls a tool: then it is a value of that call's
+        arguments (``move(direction='{"name": "x"}')``), not a call of its own."""
+        embedded = _embedded_object(body)
+        if embedded is None:
+            return None
+        last = _last_line_span(body)
+        inside = last.start <= embedded[0] and embedded[1] <= last.end
+        if inside and self._is_call_line(body[last.start : last.end]):
+            return None
+        return embedded
 
     def _params(self, name: str) -> tuple[str, ...]:
         return self.tools[name].param_names if name in self.tools else ()
@@ -386,12 +402,11 @@ class ActionParser:
         return name, args
 
     def _embedded(self, body: str) -> list[tuple[str, Any]] | None:
-        embedded = _embedded_object(body)
+        embedded = self._embedded_call(body)
         if embedded is not None:
             return [_call_from_object(embedded[2])]
         last = _last_line(body)
-        match = _CALL_NAME.match(last)
-        if match and match.group(1) in self.tools and last.rstrip("; \t").endswith(")"):
+        if self._is_call_line(last):
             return self._calls_from_python(last.strip())
         return None
 
