@@ -210,11 +210,13 @@ def test_committed_recipes_are_valid_configs(tmp_path: Path) -> None:
 
 
 def test_results_in_the_repo_match_their_recipe() -> None:
-    """Each committed summary.json was produced by the committed recipe, unmodified, and
-    its numbers follow from its per-task outcomes."""
-    root = Path(__file__).resolve().parents[2] / "docs" / "results" / "cpu"
-    found = sorted(root.glob("*/summary.json"))
+    """Each committed summary.json of the learning proof and of its replication on a
+    second machine was produced by the committed recipe, unmodified, and its numbers
+    follow from its per-task outcomes."""
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    found = sorted(results.glob("cpu/*/summary.json"))
     assert found, "docs/results/cpu/<recipe>/summary.json is missing: run `make learn`"
+    found += sorted(results.glob("replication/*/summary.json"))
     for path in found:
         report = json.loads(path.read_text())
         recipe = RECIPES[report["recipe"]]
