@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.metrics import wilson_interval
 from agentgym_trainers.learn import paired_difference, smooth
 from agentgym_trainers.runlog import read_metrics
 
@@ -372,6 +373,10 @@ def plot(
         seconds, tokens = _cumsum(rows, "time_step_s"), _cumsum(rows, "generated_tokens")
         time_ax.plot(seconds, success, color=color, label=entry["name"])
         token_ax.plot(tokens, success, color=color, label=entry["name"])
+        band = window_band(rows, window)
+        if band is not None:
+            time_ax.fill_between(seconds, *band, color=color, alpha=0.15, lw=0)
+            token_ax.fill_between(tokens, *band, color=color, alpha=0.15, lw=0)
         for j, (phase, marker) in enumerate(
             ((entry["after_rl"], "o"), (entry["after_rl"]["greedy"], "s"))
         ):
@@ -387,14 +392,12 @@ def plot(
                     capsize=4,
                     mfc=color if j == 0 else "white",
                 )
-    time_ax.set(
-        title=f"training success (rolling mean of {window} steps)",
-        xlabel="cumulative RL wall-clock s",
+    title = (
+        f"training success (rolling mean of {window} steps;\n"
+        "band: 95% Wilson over the window's episodes)"
     )
-    token_ax.set(
-        title=f"training success (rolling mean of {window} steps)",
-        xlabel="cumulative sampled tokens",
-    )
+    time_ax.set(title=title, xlabel="cumulative RL wall-clock s")
+    token_ax.set(title=title, xlabel="cumulative sampled tokens")
     start = report["entries"][0]["after_sft"]
     eval_ax.axhline(start["success"], color="gray", ls=":", label="baseline after SFT")
     eval_ax.legend(loc="upper right")
@@ -412,6 +415,26 @@ def plot(
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     return path
+
+
+def window_band(
+    rows: Sequence[dict[str, Any]], window: int
+) -> tuple[list[float], list[float]] | None:
+    """The 95% Wilson interval of the training success pooled over the episodes of the
+    rolling window that ends at each step (as the plotted mean, fewer steps at the
+    start); None when the rows do not count their episodes. A group's episodes share a
+    task, so they are not independent: the band is a lower bound on the uncertainty."""
+    if not rows or any("episodes" not in r for r in rows):
+        return None
+    wins = [round(float(r["success"]) * float(r["episodes"])) for r in rows]
+    counts = [int(float(r["episodes"])) for r in rows]
+    low, high = [], []
+    for i in range(len(rows)):
+        first = max(0, i - window + 1)
+        lo, hi = wilson_interval(sum(wins[first : i + 1]), sum(counts[first : i + 1]))
+        low.append(lo)
+        high.append(hi)
+    return low, high
 
 
 def _cumsum(rows: Sequence[dict[str, Any]], key: str) -> list[float]:

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_trainers.compare import Entry, compare, main, parse_entry, sentence, verdict
+from agentgym_envs.eval.metrics import wilson_interval
+from agentgym_trainers.compare import (
+    Entry,
+    compare,
+    main,
+    parse_entry,
+    sentence,
+    verdict,
+    window_band,
+)
 from agentgym_trainers.learn import algo_result, paired_difference
 from agentgym_trainers.provenance import platform_info
 
@@ -304,3 +313,15 @@ def test_each_source_names_the_platform_it_ran_on(tmp_path: Path) -> None:
     torch_version = platform_info()["packages"]["torch"]
     assert f"Platform: Example CPU 9000 ({platform_info()['cpu_capability']}), cpu" in text
     assert f"torch {torch_version}" in text
+
+
+def test_the_training_curve_band_pools_the_window_s_episodes() -> None:
+    rows = [{"success": x, "episodes": 4.0} for x in (0.0, 0.5, 1.0, 0.25)]
+    band = window_band(rows, 2)
+    assert band is not None
+    low, high = band
+    # step 3's window holds steps 2 and 3: 4 + 1 successes of 8 episodes
+    assert (low[3], high[3]) == wilson_interval(5, 8)
+    assert (low[0], high[0]) == wilson_interval(0, 4)  # the first window is one step
+    assert low[1] < 2 / 8 < high[1]  # steps 0 and 1: 0 + 2 successes of 8 episodes
+    assert window_band([{"success": 0.5}], 2) is None  # rows that do not count episodes
