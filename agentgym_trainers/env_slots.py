@@ -80,13 +80,9 @@ class EnvSlots(Protocol):
         """``script`` bound to slot ``i``'s episode that was just reset."""
         ...
 
-    def get_state(self, i: int) -> Any:
-        """The snapshot of slot ``i``'s episode, or None when the env (or its actor)
-        broke while taking it."""
-        ...
-
     def get_states(self, slots: Sequence[int]) -> list[Any]:
-        """:meth:`get_state` of several slots (in parallel where the envs are remote)."""
+        """The snapshot of each slot's episode (taken in parallel where the envs are
+        remote), None where the env (or its actor) broke while taking it."""
         ...
 
     def set_state(self, i: int, state: Any) -> SlotResult:
@@ -132,18 +128,18 @@ class LocalEnvSlots:
     def script(self, i: int, script: Script) -> Callable[[], str]:
         return script(self.envs[i])
 
-    def get_state(self, i: int) -> Any:
+    def get_states(self, slots: Sequence[int]) -> list[Any]:
         """Raises:
-        ConfigError: the env has no snapshot API (``get_state``/``set_state``)."""
+        ConfigError: an env has no snapshot API (``get_state``/``set_state``)."""
+        return [self._snapshot(i) for i in slots]
+
+    def _snapshot(self, i: int) -> Any:
         inner = snapshot_api(self.envs[i])
         try:
             return inner.get_state()
         except Exception as exc:
             log.warning("env snapshot failed (slot %d): %r", i, exc)
             return None
-
-    def get_states(self, slots: Sequence[int]) -> list[Any]:
-        return [self.get_state(i) for i in slots]
 
     def set_state(self, i: int, state: Any) -> SlotResult:
         env = self.envs[i]
@@ -215,18 +211,12 @@ class PoolEnvSlots:
             )
         return functools.partial(self._oracle_act, i)
 
-    def get_state(self, i: int) -> Any:
-        try:
-            return self.pool.get_state(i)
-        except Exception as exc:  # ActorLost, or the env's own exception from its actor
-            log.warning("env snapshot failed (slot %d): %r", i, exc)
-            return None
-
     def get_states(self, slots: Sequence[int]) -> list[Any]:
         """Taken on the actors in parallel, so a turn's snapshots cost one round trip."""
         out = []
         for i, state in zip(slots, self.pool.get_state_many(slots), strict=True):
-            if isinstance(state, Exception):  # as get_state: no snapshot, no branch here
+            # ActorLost, or the env's own exception from its actor: no branch from here
+            if isinstance(state, Exception):
                 log.warning("env snapshot failed (slot %d): %r", i, state)
                 state = None
             out.append(state)

@@ -403,8 +403,7 @@ class RolloutRunner:
         The streaming form of :meth:`collect`, for a rollout worker that is handed jobs
         while it plays: each free env slot takes a ``(key, job)`` pair from
         ``feed(slot)`` (None: no job now) before every generation call, and each
-        trajectory goes to
-        ``emit(key, trajectory)`` as soon as it ends.
+        trajectory goes to ``emit(key, trajectory)`` as soon as it ends.
 
         Args:
             feed: the next job for the free slot it is given, with its key, or None.
@@ -701,10 +700,9 @@ class RolloutRunner:
 class _SlotQueue:
     """The jobs of one :meth:`RolloutRunner.collect`, handed out in order, except that a
     slot takes first the branches whose original it played (``TurnCheckpoint.slot``), so
-    they extend the prefix its cache row holds. A slot without such jobs takes the next
-    job without a slot, else the last queued branch of the slot with the most waiting (one
-    cache row is reused at most by the branches after the first there; stealing from the
-    longest queue keeps the most of them)."""
+    they extend the prefix its cache row holds. A slot with none of those takes the next
+    job that names no slot, else steals the last branch of the slot with the most waiting
+    (that slot keeps the rest, which still find their prefix in its row)."""
 
     def __init__(self, jobs: Sequence[RolloutJob | TurnCheckpoint], n_slots: int) -> None:
         self.free: deque[tuple[int, RolloutJob | TurnCheckpoint]] = deque()

@@ -273,16 +273,21 @@ class SecondTurnEnv(gym.Env[str, str]):
         self._turn, self._even = state
 
 
+def deciding_turn_trainer(tmp_path: Path, env: type[SecondTurnEnv]) -> Trainer:
+    """A trainer on ``env`` branching at every turn with K=4 (two groups of two)."""
+    cfg = make_config(
+        tmp_path, env="second-turn", env_kwargs={}, branch_k=4, tasks_per_step=2, group_size=2
+    )
+    return Trainer(cfg, make_env=env)
+
+
 def test_only_the_deciding_turn_gets_credit(tmp_path: Path, tokenizer: Any) -> None:
     """Branches from every turn of SecondTurnEnv (sampled, K=4): after the deciding turn
     all K returns agree (advantage exactly 0); at the deciding turn each action's
     advantage is its own success minus the point's mean success. A branch's sequence
     carries advantage on its branched turn's tokens only. (Before the deciding turn a
     return is a Monte-Carlo sample of a decision still to come: 0 only in expectation.)"""
-    cfg = make_config(
-        tmp_path, env="second-turn", env_kwargs={}, branch_k=4, tasks_per_step=2, group_size=2
-    )
-    trainer = Trainer(cfg, make_env=SecondTurnEnv)
+    trainer = deciding_turn_trainer(tmp_path, SecondTurnEnv)
     try:
         trajs, seqs, _ = branched_batch(trainer)
         n_original = sum(len(t.segments) for t in trajs)
@@ -337,10 +342,7 @@ def test_when_the_first_turn_decides_no_other_token_gets_credit(
     """Branches from every turn of FirstTurnEnv (sampled, K=4): every trained token of
     every sequence, original or branch, has advantage exactly 0 unless it is a token of
     the first reply, and some first reply's tokens have non-zero credit."""
-    cfg = make_config(
-        tmp_path, env="second-turn", env_kwargs={}, branch_k=4, tasks_per_step=2, group_size=2
-    )
-    trainer = Trainer(cfg, make_env=FirstTurnEnv)
+    trainer = deciding_turn_trainer(tmp_path, FirstTurnEnv)
     try:
         trajs, seqs, _ = branched_batch(trainer)
         n_original = sum(len(t.segments) for t in trajs)
