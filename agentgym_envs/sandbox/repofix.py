@@ -28,6 +28,7 @@ from agentgym_envs.core.step_checks import (
     StepFacts,
     refined,
 )
+from agentgym_envs.sandbox import probes
 from agentgym_envs.sandbox import repofix_tasks as tasks
 from agentgym_envs.sandbox.backends import (
     Backend,
@@ -47,6 +48,7 @@ from agentgym_envs.sandbox.repofix_gates import (
     relative_path,
 )
 from agentgym_envs.sandbox.repofix_tasks import solution_actions
+from agentgym_envs.sandbox.twin import twin_files
 from agentgym_envs.sandbox.verify import TestRun, TestRunner, grade
 from agentgym_envs.sandbox.workspace import (
     AST_LOCK,
@@ -68,6 +70,7 @@ MAX_MATCHES = 100
 SEARCH_BYTES = 30000  # of search hits, as the script's JSON encodes them
 STDOUT_CHARS, STDERR_CHARS = 6000, 3000
 HIDDEN_AT = "tests/hidden"  # where verification mounts the hidden tests
+VISIBLE_AT = "tests/visible"  # where the fixtures keep the tests the agent sees
 VERIFY_TIMEOUT_S = 120.0
 SEARCH_TIMEOUT_S = 5.0  # a pattern that backtracks longer is refused
 # A failing command counts as reproducing the bug only if it fails again on a copy of the
@@ -162,8 +165,10 @@ class RepoFixEnv(AgentEnv):
         passes twice on the fixed base: at most two such checks per episode),
         ``imports_and_collects`` (after the package's code was changed, the tests
         collect; comments, blank lines and docstrings are no change),
-        ``target_tests_pass`` (the hidden fail-to-pass tests pass, checked privately at
-        submit). A diff that tampers with the test runner earns neither of the last two.
+        ``target_tests_pass`` (every call the hidden tests make into the package returns
+        what the correct code returns, and the fail-to-pass tests pass, checked privately
+        at submit). A diff that tampers with the test runner earns neither of the last
+        two.
 
     Limits:
         A workspace holds at most 16 MiB and 2000 entries, paths of at most 512
@@ -185,18 +190,23 @@ class RepoFixEnv(AgentEnv):
         Layered: success, milestone progress, costs per tool (reads 0.2, edits 0.5,
         commands and test runs 1, submit 1); a safety stop returns ``hard_fail``. With
         ``local_weight`` > 0 the step check ``tests_passing`` adds the share of the
-        failing visible tests a ``run_tests`` call finds fixed, measured by the env's own
-        canary-guarded run (``repofix_checks``).
+        visible tests' calls into the package that returned a wrong result on the base
+        and the right one now, by the env's own replay of those calls compared outside
+        the sandbox (``repofix_checks``, ``probes``).
 
     Termination:
         ``submit()`` applies the workspace diff (protected files left out) to a fresh
-        copy of the task's base, mounts the hidden tests read-only and runs them with a
-        results plugin that writes outside the workspace. Success needs every
-        fail-to-pass and pass-to-pass test passing in a consistent run (results file
-        present and agreeing with the exit code, no collection error, no skips, the
-        plugin's guard saw no plugin, hook or test function change, and every canary,
-        including changed copies of the hidden tests, failed) and a diff that does not
-        tamper with the test runner. Otherwise the episode fails;
+        copy of the task's base and decides by data (``probes``): the calls the hidden
+        tests make into the package, recorded on the correct code when the task set was
+        built, are replayed on it in the sandbox, and every observation (value returned,
+        exception type, printed text, argument state) must equal the correct code's,
+        compared in this process with expectations the sandbox never sees. The hidden
+        tests also run, mounted read-only, with a results plugin that writes outside the
+        workspace: every fail-to-pass and pass-to-pass test must pass in a consistent
+        run (results file present and agreeing with the exit code, no collection error,
+        no skips, the plugin's guard saw no plugin, hook or test function change, and
+        every canary failed), and the diff must not tamper with the test runner.
+        Otherwise the episode fails;
         with ``guidance=True`` it goes on and the agent sees the failing tests and a
         hint. The step budget triggers the same verification (success or timeout), in
         ``before_verify``; the goal verifier only reads the recorded verdict
@@ -220,8 +230,8 @@ class RepoFixEnv(AgentEnv):
     name = "RepoFix"
     family = "sandbox"
     version = "1"
-    verifier_version = "4"  # + plugin guard, canaries copied from every hidden test
-    step_checks_version = "1"  # tests_passing (repofix_checks)
+    verifier_version = "5"  # the verdict by observed calls compared outside the sandbox
+    step_checks_version = "2"  # tests_passing by the visible tests' observed calls
     task_file = "sandbox/repofix.jsonl"
     task_counts = tasks.TASK_COUNTS
     conformance_episodes = 5  # per difficulty: each runs the hidden tests
@@ -537,9 +547,12 @@ class RepoFixEnv(AgentEnv):
 
     def _fails_because_of_bug(self, cmd: str, timeout: float) -> bool:
         """Whether a command that just failed fails because of the injected bugs: it fails
-        again on a copy of the base and passes, twice, on the fixed base (no ``.git``
-        in either, so only the code differs). A traceback of the command's own making
-        (``raise``, ``echo``) or a coin flip fails or passes on both."""
+        again on a copy of the base and on the base's twin, and passes on the fixed base
+        and on its twin (no ``.git`` in any, so only the code differs; four runs). A
+        traceback of the command's own making (``raise``, ``echo``) or a coin flip fails
+        or passes on both; a command that reads the code's text instead of running it (a
+        hash of the files, a grep for the buggy or the fixed line) reads another text on
+        a twin (``twin``: the same behaviour, reformatted, its variables renamed)."""
         assert self._template is not None
         checks = self.progress.repro_checks
         if checks >= REPRO_CHECKS:
@@ -547,7 +560,10 @@ class RepoFixEnv(AgentEnv):
         self.progress.repro_checks = checks + 1
         original = tasks.source_files(self.task.spec["repo"])
         fixed = {path: original[path] for path in self._mutated}
-        for expect_fail, files in ((True, {}), (False, fixed), (False, fixed)):
+        base = {path: self._initial.get(path, text) for path, text in original.items()}
+        twin_base, twin_fixed = twin_files(base), twin_files(original)
+        runs = ((True, base), (True, twin_base), (False, fixed), (False, twin_fixed))
+        for expect_fail, files in runs:
             copy = self.spaces.scratch_copy(self._template)
             try:
                 remove_tree(copy / ".git")
@@ -591,36 +607,49 @@ class RepoFixEnv(AgentEnv):
         return self._changes
 
     def _verify(self) -> tuple[bool, str]:
-        """Diff, apply to a fresh copy of the base, mount the hidden tests, run, grade."""
+        """The verdict (``probes``): the hidden tests' calls replayed on a fresh copy of the
+        base with the diff applied, compared here with the correct code's observations;
+        then the full hidden suite (regressions) on another fresh copy, with canaries.
+        Both must pass; only the first decides what the policy's code cannot forge."""
         assert self._template is not None
         spec = self.task.spec
         changes = self.changes()
+        data = probes.observe(
+            self.runner, self.spaces, self._template, changes, probes.load(spec["repo"]), "hidden"
+        )
         scratch = self.spaces.scratch_copy(self._template)
         try:
             apply_changes(scratch, changes, skip_protected=True)
             hidden = tasks.repo_dir(spec["repo"]) / HIDDEN_AT
             run = self.runner.run(
                 scratch,
-                [HIDDEN_AT],
+                [HIDDEN_AT, VISIBLE_AT],  # the visible tests are the task's, never the diff's
                 timeout_s=VERIFY_TIMEOUT_S,
                 mount=(hidden, HIDDEN_AT),
                 controls=[*spec["fail_to_pass"], *spec["pass_to_pass"]],
             )
         finally:
             remove_tree(scratch)
-        ok, detail = grade(run, spec["fail_to_pass"], spec["pass_to_pass"])
+        ran, detail = grade(run, spec["fail_to_pass"], spec["pass_to_pass"])
+        if ran and run.failing:  # a regression the visible tests see
+            ran, detail = False, f"{len(run.failing)} test(s) fail: {', '.join(run.failing[:10])}"
+        ok = data.ok and ran
+        if not data.ok:  # said first: it is what the fix's code cannot forge
+            detail = data.describe() + ("" if ran else f"; {detail}")
         tampering = self._tampering()
         if tampering:  # a tampering fix earns nothing, not even the milestones below
             ok, detail = False, f"the fix reaches into the test runner ({', '.join(tampering)})"
         else:
             passed = all(run.passed(t) for t in spec["fail_to_pass"])
-            self.progress.targets = run.consistent and passed
-            if run.consistent and not run.collect_errors and run.outcomes and self._code_changed():
-                self.progress.collects = True
+            self.progress.targets = data.ok and run.consistent and passed
+            imports = data.problem is None
+            if imports and run.consistent and not run.collect_errors and run.outcomes:
+                self.progress.collects = self.progress.collects or self._code_changed()
         self.progress.verdict = ok
         if not ok and self.guidance:
             hints = "\n".join(f"Hint: {h}" for h in spec.get("hints", ()))
-            failing = ", ".join(run.failing[:10]) or "none"
+            known = {*spec["fail_to_pass"], *spec["pass_to_pass"]}  # never names the run wrote
+            failing = ", ".join([t for t in run.failing if t in known][:10]) or "none"
             detail = f"{detail}\nFailing hidden tests: {failing}\n{hints}"
         return ok, detail
 

@@ -1,33 +1,35 @@
-"""RepoFix's step checks (issue 18): how far the fix has got, read from test runs the env
+"""RepoFix's step checks (issue 18): how far the fix has got, read from observations the env
 makes itself.
 
-``tests_passing`` (``PROGRESS``) is the share of the task's *visible* tests that failed on
-the task's base and pass now, less those that passed on the base and fail now:
-``max(0, (fixed - broken) / failing_on_base)``. It is measured only when the policy
-calls ``run_tests`` (a test run it pays for anyway) on a code state not measured before,
-and never from anything the policy wrote:
+``tests_passing`` (``PROGRESS``) reads the visible tests' calls into the package
+(:mod:`probes`): of the calls whose observation on the task's base differs from the
+correct code's, the share that now matches it, less the calls that matched on the base and
+differ now: ``max(0, (fixed - broken) / differing_on_base)``. It is measured only when the
+policy calls ``run_tests`` (a test run it pays for anyway) on a code state not measured
+before, and never from anything the policy's code decides:
 
-* the outcomes come from a run the env makes on a fresh copy of the task's base with the
-  workspace diff applied (protected files left out), as ``submit`` does, with the visible
-  tests mounted read-only from the fixture and the grader's canaries (``verify``): a
-  constant must-fail test and must-fail copies of the visible tests that pass on the base.
-  Patched pytest internals, hooks that swallow failures and rewritten results make a
-  canary pass or go missing, and the run then reads nothing;
-* the policy's own ``run_tests`` output, files it writes (fake results, fake test
-  reports) and ``run`` commands are never read; a diff that reaches into the test runner
-  (``RepoFixEnv``'s source scan) or changes no code reads 0 without a run;
-* the base's outcomes (``failing_on_base``) come from one run of the env's own code per
-  task, so doing nothing, or only what the base already passed, is worth 0.
+* the observations come from a replay the env makes on a fresh copy of the task's base
+  with the workspace diff applied (protected files left out), as ``submit`` does; the
+  replay gets the calls' inputs only, and the comparison with the correct code's
+  observations happens in the env's process, where no code of the policy runs. Patched
+  pytest internals, hooks that swallow failures and rewritten results files change
+  nothing: there is no verdict in the sandbox to forge;
+* the policy's own ``run_tests`` output, files it writes and ``run`` commands are never
+  read; a diff that reaches into the test runner (``RepoFixEnv``'s source scan) or changes
+  no code reads 0 without a replay;
+* the base's observations come from one replay of the env's own code per task, so doing
+  nothing, or only what the base already got right, is worth 0.
 
-The hidden tests never run for this check (they run once, at ``submit``). Cost: one
-extra visible run per new code state the policy tests (about a second in bubblewrap) and
-one per task, only with ``local_weight > 0``. A task whose visible tests all pass on the
-base (the bug report is a symptom only) has no signal here: the check reads 0.
+The hidden tests' calls are never replayed for this check (they are, at ``submit``).
+Cost: one replay per new code state the policy tests (a python start and the calls, well
+under a second in bubblewrap) and one per task, only with ``local_weight > 0``. A task
+whose visible calls all match on the base (the bug report is a symptom only) has no
+signal here: the check reads 0.
 
-Residual risk: the visible tests are visible, so code that special-cases their inputs
-passes them without fixing the bug; that earns at most this check's bounded score
-(``λ``, below any success by :meth:`~agentgym_envs.core.RewardConfig.check_local`),
-never the hidden tests' verdict.
+Residual risk: the visible tests' inputs are visible, so code that special-cases them
+matches without fixing the bug; that earns at most this check's bounded score (``λ``,
+below any success by :meth:`~agentgym_envs.core.RewardConfig.check_local`), never the
+hidden calls' verdict.
 
 Left out: ``no_irreversible_error``. Nothing the policy can do to the workspace is
 irreversible: deleted or broken files can be rewritten (the first commit is in ``.git``,
@@ -45,37 +47,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.core.step_checks import CheckKind, StepCheckSpec
-from agentgym_envs.sandbox import repofix_tasks as tasks
-from agentgym_envs.sandbox.verify import TestRun, TestRunner
-from agentgym_envs.sandbox.workspace import WorkspaceManager, apply_changes, is_protected
+from agentgym_envs.sandbox import probes
+from agentgym_envs.sandbox.probes import Comparison
+from agentgym_envs.sandbox.verify import TestRunner
+from agentgym_envs.sandbox.workspace import WorkspaceManager, is_protected
 
 logger = logging.getLogger(__name__)
 
-VISIBLE_AT = "tests/visible"  # where the fixtures keep the tests the agent sees
-VISIBLE_TIMEOUT_S = 60.0
 TESTS_PASSING = StepCheckSpec("tests_passing", CheckKind.PROGRESS, 1.0)
 MAX_KEPT = 256  # measured code states (and task baselines) kept per env
 
 
 @dataclass(frozen=True, slots=True)
 class Baseline:
-    """The visible tests' outcomes on a task's base (its injected bugs, no edit)."""
+    """The visible probes (indices into the repository's visible suite) whose observation
+    on the task's base differs from the correct code's."""
 
-    failing: tuple[str, ...]
-    passing: tuple[str, ...]
+    differing: frozenset[int]
 
 
-def visible_level(run: TestRun, base: Baseline) -> float | None:
-    """``tests_passing`` for one verified run: ``(fixed - broken) / failing``, clipped to
-    ``[0, 1]``; None for a run that cannot be read (inconsistent, a canary that did not
-    fail, a collection error, no outcomes) or a task with no failing visible test."""
-    if not base.failing or not run.consistent or run.collect_errors or not run.outcomes:
+def visible_level(now: Comparison, base: Baseline) -> float | None:
+    """``tests_passing`` for one replay: ``(fixed - broken) / differing``, clipped to
+    ``[0, 1]``; None for a replay that cannot be read (the package does not import, the
+    results are malformed) or a task whose visible calls all match on the base."""
+    if not base.differing or now.problem is not None:
         return None
-    fixed = sum(run.passed(t) for t in base.failing)
-    broken = sum(not run.passed(t) for t in base.passing)
-    return max(0.0, (fixed - broken) / len(base.failing))
+    wrong = set(now.differing)
+    fixed = len(base.differing - wrong)
+    broken = len(wrong - base.differing)
+    return max(0.0, (fixed - broken) / len(base.differing))
 
 
 def code_key(task_id: str, changes: Mapping[str, str | None]) -> str:
@@ -132,7 +133,7 @@ class VisibleTests:
             return self._levels[key]
         level = 0.0
         base = self._baseline(task_id, repo, template)
-        if base.failing:
+        if base.differing:
             measured = visible_level(self._run(repo, template, changes, base), base)
             level = 0.0 if measured is None else measured
         if len(self._levels) >= MAX_KEPT:
@@ -144,21 +145,12 @@ class VisibleTests:
         found = self._baselines.get(task_id)
         if found is not None:
             return found
-        scratch = self.spaces.scratch_copy(template)
-        try:  # the env's own code: no canaries needed
-            run = self.runner.run(scratch, [VISIBLE_AT], timeout_s=VISIBLE_TIMEOUT_S)
-        finally:
-            remove_tree(scratch)
-        if run.consistent and not run.collect_errors and run.outcomes:
-            base = Baseline(
-                failing=tuple(sorted(run.failing)),
-                passing=tuple(sorted(t for t in run.outcomes if run.passed(t))),
-            )
-        else:
+        run = probes.observe(self.runner, self.spaces, template, {}, probes.load(repo), "visible")
+        if run.problem is not None:
             logger.warning(
-                "%s: the visible tests of the base did not run: %s", task_id, run.problems
+                "%s: the visible calls of the base did not replay: %s", task_id, run.problem
             )
-            base = Baseline((), ())
+        base = Baseline(frozenset(run.differing) if run.problem is None else frozenset())
         if len(self._baselines) >= MAX_KEPT:
             self._baselines.clear()
         self._baselines[task_id] = base
@@ -166,21 +158,11 @@ class VisibleTests:
 
     def _run(
         self, repo: str, template: Path, changes: Mapping[str, str | None], base: Baseline
-    ) -> TestRun:
-        """The visible tests on the base with ``changes`` applied, as ``submit`` runs the
-        hidden ones: fixture tests mounted read-only, canaries from the passing ones."""
-        scratch = self.spaces.scratch_copy(template)
-        try:
-            apply_changes(scratch, changes, skip_protected=True)
-            return self.runner.run(
-                scratch,
-                [VISIBLE_AT],
-                timeout_s=VISIBLE_TIMEOUT_S,
-                mount=(tasks.repo_dir(repo) / VISIBLE_AT, VISIBLE_AT),
-                controls=base.passing,
-            )
-        finally:
-            remove_tree(scratch)
+    ) -> Comparison:
+        """The visible calls replayed on the base with ``changes`` applied."""
+        return probes.observe(
+            self.runner, self.spaces, template, changes, probes.load(repo), "visible"
+        )
 
 
 __all__ = ["TESTS_PASSING", "Baseline", "VisibleTests", "code_key", "visible_level"]

@@ -3,7 +3,9 @@ by running their hidden tests in the sandbox.
 
 A task is (repository, mutation sites, seed). It is kept only if at least one hidden test
 fails with the bugs and passes without them (fail-to-pass), at least one passes in both
-(pass-to-pass), and the tests still collect (the package imports). The task file stores
+(pass-to-pass), the tests still collect (the package imports), and some call the hidden
+tests make into the package observes the bugs (:mod:`probes`: the verdict is by those
+observations). The task file stores
 the sites, not the mutated sources: loading re-applies them (the mutator is
 deterministic) and checks the fixture's content hash, so a changed fixture cannot
 silently invalidate stored tasks.
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import json
 import random
 import re
@@ -26,6 +27,14 @@ from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task
+from agentgym_envs.sandbox import probes
+from agentgym_envs.sandbox.fixtures import (
+    OOD_REPOS,
+    TRAIN_REPOS,
+    content_hash,
+    repo_dir,
+    source_files,
+)
 from agentgym_envs.sandbox.mutate import (
     MutationKind,
     Site,
@@ -34,45 +43,11 @@ from agentgym_envs.sandbox.mutate import (
     describe_symptom,
     sample_sites,
 )
-from agentgym_envs.sandbox.runtime import fixtures_root
 from agentgym_envs.sandbox.verify import TestRun, TestRunner
 
-TRAIN_REPOS = ("intervals", "toktext", "ledger")
-OOD_REPOS = ("minicalc",)  # held out of train and test
 MUTATIONS = {"easy": 1, "medium": 2, "hard": 3}
 TASK_COUNTS = {"train": 100, "test": 50, "ood": 50}  # per difficulty: 600 tasks
 GEN_TIMEOUT_S = 20.0
-
-
-def repo_dir(name: str) -> Path:
-    path = fixtures_root() / name
-    if not path.is_dir():
-        raise ConfigError(f"unknown fixture repository {name!r}; known: {TRAIN_REPOS + OOD_REPOS}")
-    return path
-
-
-@cache
-def source_files(name: str) -> dict[str, str]:
-    """The package's Python sources (tests excluded), relative path -> text."""
-    root = repo_dir(name)
-    out = {}
-    for path in sorted(root.rglob("*.py")):
-        relative = path.relative_to(root)
-        if relative.parts[0] != "tests" and "__pycache__" not in relative.parts:
-            out[str(relative)] = path.read_text()
-    return out
-
-
-@cache
-def content_hash(name: str) -> str:
-    """Hash of every file of a fixture repository (sources and both test suites)."""
-    root = repo_dir(name)
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        caches = {"__pycache__", ".pytest_cache"}
-        if path.is_file() and not caches & set(path.parts) and path.suffix != ".pyc":
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _site(data: Mapping[str, Any]) -> Site:
@@ -124,6 +99,22 @@ def _original_passing(name: str) -> frozenset[str]:
     if not run.consistent or run.failing or not run.outcomes:
         raise ConfigError(f"fixture {name!r}: its hidden tests must all pass ({run.problems})")
     return frozenset(t for t, o in run.outcomes.items() if o == "passed")
+
+
+def _probes_see(name: str, changed: Mapping[str, str]) -> bool:
+    """Whether some hidden call observes the bugs (the verdict is by these observations:
+    a task whose bugs no call sees could only be graded by the test run)."""
+    probe_set = probes.load(name)
+    hidden = probe_set.suite("hidden")
+    with tempfile.TemporaryDirectory(prefix="agentgym-gen-") as tmp:
+        work = Path(tmp) / name
+        shutil.copytree(repo_dir(name), work, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+        for relative, text in changed.items():
+            (work / relative).write_text(text)
+        calls = [p.call for p in hidden]
+        observed, _ = probes.replay(_runner(), work, probe_set.package, probe_set.paths, calls)
+    found = probes.compare(hidden, observed)
+    return found.problem is None and bool(found.differing)
 
 
 def gold_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, str]]:
@@ -200,7 +191,7 @@ def generate(seed: int, difficulty: str, split: str) -> Task | None:
     passing = _original_passing(name)
     fail_to_pass = sorted(t for t in passing if not run.passed(t))
     pass_to_pass = sorted(t for t in passing if run.passed(t))
-    if not fail_to_pass or not pass_to_pass:
+    if not fail_to_pass or not pass_to_pass or not _probes_see(name, changed):
         return None
     report = _report(difficulty, name, changed, sites)
     edits = [e for p in sorted(changed) for e in gold_edits(p, changed[p], files[p])]

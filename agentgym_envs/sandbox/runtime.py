@@ -31,6 +31,9 @@ from agentgym_envs.core.errors import ConfigError
 SANDBOX_PREFIX = "/agentgym/python"  # where backends mount the runtime
 SANDBOX_PYTHON = f"{SANDBOX_PREFIX}/bin/python"
 PLUGIN = "agentgym_results"  # the results plugin's module name inside the runtime
+PROBE = "agentgym_probe"  # the observed-calls harness (probe_harness.py) inside the runtime
+# runtime module name -> the file of this package it is copied from
+_OWN_MODULES = {PLUGIN: "results_plugin.py", PROBE: "probe_harness.py"}
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 _SYSTEM = ("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")
 
@@ -79,8 +82,8 @@ def _fill(target: Path, home: str, python: str) -> None:
             dest = site / file
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, dest)
-    plugin = Path(__file__).with_name("results_plugin.py")
-    shutil.copyfile(plugin, site / f"{PLUGIN}.py")
+    for module, source in _OWN_MODULES.items():
+        shutil.copyfile(Path(__file__).with_name(source), site / f"{module}.py")
     for folder, _, files in os.walk(target):
         os.chmod(folder, 0o755)  # readable by the sandbox's unprivileged user
         for name in files:
@@ -99,8 +102,9 @@ def runtime_dir(python: str | None = None) -> Path:
     and renamed into place, so a reader never sees half a runtime.
     """
     exe = python or os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    plugin = Path(__file__).with_name("results_plugin.py").read_bytes()
-    digest = hashlib.sha256(exe.encode() + b"\0" + plugin)
+    digest = hashlib.sha256(exe.encode())
+    for source in _OWN_MODULES.values():
+        digest.update(b"\0" + Path(__file__).with_name(source).read_bytes())
     for dist in _distributions():
         digest.update(f"{dist.metadata['Name']}=={dist.version}\0".encode())
     final = Path(tempfile.gettempdir()) / f"agentgym-runtime-{digest.hexdigest()[:16]}"

@@ -1,8 +1,12 @@
 """Running a repository's tests in the sandbox and reading structured results.
 
 Threat model. The code under test is hostile and runs inside the test process: it can
-execute any Python there, at import time or from a test. Nothing inside that process
-can be trusted to stay intact, so grading rests on what the code cannot reach:
+execute any Python there, at import time or from a test (swap the ``__code__`` of
+pytest's hooks, say, which keeps every id this module's guard compares). Nothing inside
+that process can be trusted to stay intact. So RepoFix's verdict is not taken from a test
+run at all: it is a comparison of plain data made outside the sandbox (:mod:`probes`).
+The test run here is required as well (regressions the observed calls do not cover), and
+is made as hard to forge as it can be, which is defence in depth, not the verdict:
 
 1. No workspace file becomes part of the grader. pytest runs from the sandbox runtime
    (:mod:`runtime`), read-only and outside the workspace, as ``python -P -s -B -m
@@ -31,9 +35,8 @@ can be trusted to stay intact, so grading rests on what the code cannot reach:
    more, weaker check; a run it did not see through to the end has no results.
 
 Residual risk: code that reads every collected test's source and spares exactly the
-canary is not prevented in-process (it would have to know this scheme, which lives only
-in this module, invisible to the sandbox); the source scan of the diff is the line
-against it.
+canaries (by this scheme's names or shapes) makes a run pass here; it still has to
+return the correct values for every observed call (:mod:`probes`) to succeed.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class TestRunner:
         extra: Sequence[str] = (),
         mount: tuple[Path, str] | None = None,
         controls: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> TestRun:
         """``python -m pytest <tests>`` in ``workdir``; ``tests`` are paths or node ids.
 
@@ -111,28 +115,53 @@ class TestRunner:
         read but not change (the hidden tests): mounted read-only by isolating backends,
         copied in by the local one. Such a run also gets the canaries (module docstring),
         most of them copies of ``controls``: node ids of mounted tests that pass on the
-        correct code.
+        correct code. ``env`` adds environment variables.
         """
-        self._runs += 1
-        results = self.dir / f"results{self._runs}"
-        results.mkdir()
         canaries: list[str] | None = None
         if mount is not None:
             mount, canaries = self._with_canaries(mount, controls)
-        isolated = self.backend.isolation is not Isolation.NONE
-        results_dir = SANDBOX_RESULTS_DIR if isolated else str(results)
-        env = {
-            "AGENTGYM_RESULTS": f"{results_dir}/results.json",
-            # only our plugin: installed pytest plugins would slow every run 3x and could
-            # change what a test run means
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        }
         config = "pyproject.toml" if (workdir / "pyproject.toml").is_file() else "/dev/null"
         argv = [
-            self.backend.python, "-P", "-s", "-B", "-m", "pytest", "-q", "-p", PLUGIN,
-            "-p", "no:cacheprovider", "-c", config, "--rootdir", ".", "-o", "addopts=",
-            "--color=no", *extra, *tests,
+            "-m", "pytest", "-q", "-p", PLUGIN, "-p", "no:cacheprovider", "-c", config,
+            "--rootdir", ".", "-o", "addopts=", "--color=no", *extra, *tests,
         ]  # fmt: skip
+        # only our plugins: installed pytest plugins would slow every run 3x and could
+        # change what a test run means
+        env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **(env or {})}
+        try:
+            result, files = self.python(
+                workdir, argv, timeout_s=timeout_s, env=env, mount=mount, read=("results.json",)
+            )
+            return _parse(files["results.json"], result, canaries)
+        finally:
+            if mount is not None:
+                shutil.rmtree(mount[0], ignore_errors=True)
+
+    def python(
+        self,
+        workdir: Path,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        env: dict[str, str] | None = None,
+        mount: tuple[Path, str] | None = None,
+        stdin: str | None = None,
+        read: Sequence[str] = (),
+    ) -> tuple[ExecResult, dict[str, bytes | None]]:
+        """``python -P -s -B <argv>`` in ``workdir`` with a private results folder
+        (``$AGENTGYM_RESULTS_DIR``, and ``$AGENTGYM_RESULTS`` its ``results.json``) that
+        only this call sees; returns the result and the contents of the files ``read``
+        from that folder (None: missing, not a plain file or over 64 MiB)."""
+        self._runs += 1
+        results = self.dir / f"results{self._runs}"
+        results.mkdir()
+        isolated = self.backend.isolation is not Isolation.NONE
+        results_dir = SANDBOX_RESULTS_DIR if isolated else str(results)
+        full_env = {
+            **(env or {}),
+            "AGENTGYM_RESULTS": f"{results_dir}/results.json",
+            "AGENTGYM_RESULTS_DIR": results_dir,
+        }
         kwargs: dict[str, Any] = {}
         if isolated:
             ro_binds = {}
@@ -142,15 +171,20 @@ class TestRunner:
             kwargs = {"ro_binds": ro_binds, "rw_binds": {results: SANDBOX_RESULTS_DIR}}
         elif mount is not None:
             shutil.copytree(mount[0], workdir / mount[1], dirs_exist_ok=True)
+        if stdin is not None:
+            kwargs["stdin"] = stdin
         try:
             result = self.backend.run(
-                argv, workspace=workdir, timeout_s=timeout_s, limits=self.limits, env=env, **kwargs
+                [self.backend.python, "-P", "-s", "-B", *argv],
+                workspace=workdir,
+                timeout_s=timeout_s,
+                limits=self.limits,
+                env=full_env,
+                **kwargs,
             )
-            return _parse(results / "results.json", result, canaries)
+            return result, {name: _read_file(results / name) for name in read}
         finally:
             shutil.rmtree(results, ignore_errors=True)
-            if mount is not None:
-                shutil.rmtree(mount[0], ignore_errors=True)
 
     def _with_canaries(
         self, mount: tuple[Path, str], controls: Sequence[str]
@@ -313,7 +347,7 @@ def _other_value(value: Any) -> Any:
     return None
 
 
-_MAX_RESULTS_BYTES = 8 * 2**20
+_MAX_RESULTS_BYTES = 64 * 2**20
 
 
 def _strings(value: Any) -> tuple[str, ...] | None:
@@ -325,17 +359,28 @@ def _strings(value: Any) -> tuple[str, ...] | None:
     return None
 
 
-def _parse(path: Path, result: ExecResult, canaries: Sequence[str] | None = None) -> TestRun:
+def _read_file(path: Path) -> bytes | None:
+    """A results file's bytes; None when it is missing, not a plain file or too large (the
+    code under test may have written it)."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_RESULTS_BYTES:
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _parse(
+    raw_file: bytes | None, result: ExecResult, canaries: Sequence[str] | None = None
+) -> TestRun:
     """Read the results file written in the sandbox. It may have been written by the
     code under test: anything malformed is a problem of the run, never an exception."""
     problems: list[str] = []
     data: Any = {}
-    if path.is_file() and not path.is_symlink():
+    if raw_file is not None:
         try:
-            if path.stat().st_size > _MAX_RESULTS_BYTES:
-                raise ValueError("too large")
-            data = json.loads(path.read_text())
-        except (ValueError, OSError):
+            data = json.loads(raw_file)
+        except (ValueError, RecursionError):
             problems.append("the results file is not valid JSON")
     else:
         problems.append("pytest wrote no results (crashed, killed or timed out)")

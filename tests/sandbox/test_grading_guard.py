@@ -139,9 +139,7 @@ def test_no_control_copy_where_an_assertion_might_not_run(tmp_path: Path, test: 
     ],
 )
 def test_malformed_results_are_an_invalid_run_not_an_exception(tmp_path: Path, data) -> None:
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps(data))
-    run = _parse(path, ExecResult("", "", 0, False, False, 1.0, None))
+    run = _parse(json.dumps(data).encode(), ExecResult("", "", 0, False, False, 1.0, None))
     assert not run.consistent and run.problems
 
 

@@ -13,10 +13,9 @@ from agentgym_envs.core import Outcome, RewardConfig, Task
 from agentgym_envs.core.step_checks import step_reward_bounds
 from agentgym_envs.core.tasks import load_task_set
 from agentgym_envs.redteam.sandbox import _LENIENT, _SILENCE, _TAKEOVERS, _append, _speedups
-from agentgym_envs.sandbox.backends import ExecResult
+from agentgym_envs.sandbox.probes import Comparison
 from agentgym_envs.sandbox.repofix import RepoFixEnv
 from agentgym_envs.sandbox.repofix_checks import Baseline, code_key, visible_level
-from agentgym_envs.sandbox.verify import TestRun
 from tests.sandbox.support import needs_bwrap
 from tests.sandbox.test_repofix import call, gold_edits, start
 
@@ -28,24 +27,22 @@ LOCAL = RewardConfig(local_weight=0.01)
 # -- the level, as plain data ---------------------------------------------------------------
 
 
-def _run(outcomes: dict[str, str], consistent: bool = True) -> TestRun:
-    result = ExecResult("", "", 1, False, False, 1.0, None)
-    return TestRun(outcomes, (), 1, consistent, result)
+def _now(*differing: int, problem: str | None = None) -> Comparison:
+    return Comparison(total=10, matched=10 - len(differing), differing=differing, problem=problem)
 
 
-def test_level_counts_fixed_tests_less_broken_ones_and_reads_nothing_from_a_bad_run() -> None:
-    base = Baseline(failing=("f1", "f2"), passing=("p1", "p2"))
-    ok, bad = "passed", "failed"
-    assert visible_level(_run({"f1": bad, "f2": bad, "p1": ok, "p2": ok}), base) == 0.0
-    assert visible_level(_run({"f1": ok, "f2": bad, "p1": ok, "p2": ok}), base) == 0.5
-    assert visible_level(_run({"f1": ok, "f2": ok, "p1": ok, "p2": ok}), base) == 1.0
-    # a fix that breaks what passed is no progress; a missing test does not pass
-    assert visible_level(_run({"f1": ok, "f2": bad, "p1": bad, "p2": ok}), base) == 0.0
-    assert visible_level(_run({"f1": ok, "f2": ok, "p1": ok}), base) == 0.5
-    # a run whose canaries or results were tampered with reads nothing
-    assert visible_level(_run({"f1": ok, "f2": ok, "p1": ok, "p2": ok}, False), base) is None
-    # a task whose visible tests all pass on the base has no signal
-    assert visible_level(_run({"p1": ok}), Baseline((), ("p1",))) is None
+def test_level_counts_fixed_calls_less_broken_ones_and_reads_nothing_from_a_bad_replay() -> None:
+    base = Baseline(differing=frozenset({1, 2}))  # calls 1 and 2 are wrong on the base
+    assert visible_level(_now(1, 2), base) == 0.0
+    assert visible_level(_now(2), base) == 0.5
+    assert visible_level(_now(), base) == 1.0
+    # a fix that breaks what was right is no progress
+    assert visible_level(_now(2, 7), base) == 0.0
+    assert visible_level(_now(7), base) == 0.5
+    # a replay that wrote nothing readable (the package does not import) reads nothing
+    assert visible_level(_now(problem="the replay timed out"), base) is None
+    # a task whose visible calls all match on the base has no signal
+    assert visible_level(_now(), Baseline(frozenset())) is None
 
 
 def test_code_key_ignores_protected_files_and_tells_tasks_apart() -> None:
@@ -62,10 +59,10 @@ def test_an_ineligible_state_is_not_cached_for_the_same_code_without_its_hook() 
 
     runs: list[dict[str, str | None]] = []
     checks = VisibleTests(spaces=None, runner=None)  # type: ignore[arg-type]
-    base = Baseline(failing=("f1",), passing=())
+    base = Baseline(differing=frozenset({0}))
     checks._baseline = lambda *_: base  # type: ignore[method-assign]
     checks._run = lambda _r, _t, changes, _b: (  # type: ignore[method-assign]
-        runs.append(dict(changes)) or _run({"f1": "passed"})
+        runs.append(dict(changes)) or _now()
     )
     fix = {"pkg/core.py": "x = 1\n"}
     hooked = {**fix, "conftest.py": "import sys\n"}
@@ -120,7 +117,7 @@ def test_fixing_the_failing_visible_test_pays_once_however_often_it_is_repeated(
     assert info["step_checks"]["tests_passing"] == 1.0
     local = 0.01 * sum(info["step_checks"].values())  # with the milestone's progress
     assert info["reward_components"]["local"] == pytest.approx(local)
-    assert info["versions"]["reward"].endswith("+local0.01+checks1")
+    assert info["versions"]["reward"].endswith("+local0.01+checks2")
     paid = 0.0
     for action in (_undo(fix), "run_tests()", fix, "run_tests()"):  # oscillate
         *_, info = env.step(action)
@@ -160,7 +157,7 @@ def test_fake_test_output_and_fake_files_read_nothing(make_env, task: Task) -> N
         *_, info = env.step(action)
         assert info["step_checks"]["tests_passing"] == 0.0, action
         assert info["outcome"] is Outcome.CONTINUE
-    assert env.visible._baselines[task.id].failing  # it did measure: the bug still fails
+    assert env.visible._baselines[task.id].differing  # it did measure: the bug still differs
 
 
 @pytest.mark.sandbox
@@ -185,8 +182,8 @@ def test_code_that_makes_the_test_run_lie_reads_nothing(make_env, task: Task, at
     assert env._code_changed() and env._tampering() == []  # hidden from the source scan
     obs, *_, info = env.step("run_tests()")
     assert obs.startswith("exit code 0"), obs[:300]  # the policy's own run is fooled ...
-    assert info["step_checks"]["tests_passing"] == 0.0  # ... the env's canaries are not
-    assert env.visible._baselines[task.id].failing
+    assert info["step_checks"]["tests_passing"] == 0.0  # ... the replay is not
+    assert env.visible._baselines[task.id].differing
 
 
 @pytest.mark.sandbox
