@@ -718,6 +718,29 @@ def make_backend(name: str = "auto", **kwargs: Any) -> Backend:
     return _BACKENDS[key](**kwargs)
 
 
+def choose_backend(backend: str | Backend, unsafe: bool) -> Backend:
+    """The backend that ``RepoFixEnv(backend=..., unsafe=...)`` runs commands in.
+
+    Raises:
+        ConfigError: ``unsafe`` is not a bool, ``unsafe=True`` with a backend other than
+            the local one, or ``backend="local"`` without ``unsafe=True``.
+        BackendUnavailable: the backend asked for does not work here.
+    """
+    if not isinstance(unsafe, bool):
+        raise ConfigError(f"unsafe must be True or False, got {unsafe!r}")
+    if not unsafe:
+        return make_backend(backend) if isinstance(backend, str) else backend
+    if isinstance(backend, LocalBackend):
+        return backend
+    if backend == "local":
+        return make_backend("local", unsafe=True)
+    raise ConfigError(
+        "unsafe=True only applies to the local backend (commands on the host, no "
+        f"isolation); got backend={backend!r}. Pass backend='local', unsafe=True to run "
+        "on the host, or drop unsafe=True to keep the sandbox"
+    )
+
+
 __all__ = [
     "DEFAULT_LIMITS",
     "DOCKER_IMAGE_ENV",
@@ -734,6 +757,7 @@ __all__ = [
     "available_backends",
     "bubblewrap_available",
     "bubblewrap_status",
+    "choose_backend",
     "docker_available",
     "docker_status",
     "make_backend",

@@ -166,16 +166,17 @@ class _Encoder:
         if issubclass(type(value), tuple):
             out["items"] = [self(v, down) for v in tuple.__iter__(value)]
         if issubclass(type(value), BaseException):
-            out["args"] = [self(v, down) for v in BaseException.args.__get__(value)]
+            args: Any = BaseException.__dict__["args"].__get__(value)  # not an override
+            out["args"] = [self(v, down) for v in args]
         return out
 
 
 _FACTORIES = (int, float, str, list, dict, set, tuple)
-_ITERATORS = tuple(
-    type(x) for x in (iter([]), iter(()), iter({}), iter(set()), iter(""), iter(range(0)),
-                      map(len, []), filter(None, []), zip(), reversed([]), enumerate([]),
-                      iter({}.values()), iter({}.items()))
-)  # fmt: skip
+_SAMPLES: list[Any] = [
+    iter([]), iter(()), iter({}), iter(set()), iter(""), iter(range(0)), map(len, []),
+    filter(None, []), zip(), reversed([]), enumerate([]), iter({}.values()), iter({}.items()),
+]  # fmt: skip
+_ITERATORS: tuple[type, ...] = tuple(type(x) for x in _SAMPLES)
 
 
 def _canonical(encoded: Any) -> str:
@@ -209,7 +210,8 @@ def decode(data: Any) -> Any:
     return simple(payload)
 
 
-def _rebuild(cls: type, data: dict[str, Any]) -> Any:
+def _rebuild(cls: Any, data: dict[str, Any]) -> Any:
+    obj: Any
     if issubclass(cls, tuple):
         obj = tuple.__new__(cls, [decode(v) for v in data.get("items", ())])
     elif issubclass(cls, BaseException):

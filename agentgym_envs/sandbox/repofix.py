@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -28,15 +27,14 @@ from agentgym_envs.core.step_checks import (
     StepFacts,
     refined,
 )
-from agentgym_envs.sandbox import probes
+from agentgym_envs.sandbox import fixtures, probes
 from agentgym_envs.sandbox import repofix_tasks as tasks
 from agentgym_envs.sandbox.backends import (
     Backend,
     ExecResult,
     Limits,
-    LocalBackend,
     SandboxError,
-    make_backend,
+    choose_backend,
 )
 from agentgym_envs.sandbox.repofix_checks import TESTS_PASSING, VisibleTests
 from agentgym_envs.sandbox.repofix_gates import (
@@ -46,6 +44,7 @@ from agentgym_envs.sandbox.repofix_gates import (
     StagedCommand,
     WorkspaceEscapeGate,
     relative_path,
+    tampers,
 )
 from agentgym_envs.sandbox.repofix_tasks import solution_actions
 from agentgym_envs.sandbox.twin import twin_files
@@ -74,17 +73,9 @@ VISIBLE_AT = "tests/visible"  # where the fixtures keep the tests the agent sees
 VERIFY_TIMEOUT_S = 120.0
 SEARCH_TIMEOUT_S = 5.0  # a pattern that backtracks longer is refused
 # A failing command counts as reproducing the bug only if it fails again on a copy of the
-# base and passes on the fixed base (checked at most this often per episode).
+# base and on its twin and passes on the fixed base and on its twin (at most this often
+# per episode).
 REPRO_CHECKS = 2
-# Code a fix has no business adding: it would grade itself instead of fixing the bug.
-# Case-insensitive: ``pytest_collection_modifyitems`` and ``PytestPluginManager`` count;
-# walking the heap (``gc``) is how code finds the live test runner without naming it.
-TAMPERING = re.compile(
-    r"\w*(?:pytest|pluggy|agentgym)\w*|\b(?:AGENTGYM_RESULTS|sys\.modules|builtins|"
-    r"__import__|importlib|os\._exit|sys\.exit|atexit|faulthandler|settrace|setprofile|"
-    r"get_objects|get_referrers|get_referents)\b",
-    re.IGNORECASE,
-)
 # The bug report's suffix: the repository root and the tools, shown at reset.
 SYSTEM_RULES = (
     "You are fixing a bug in a Python repository. Explore it with list_dir, read_file and "
@@ -161,8 +152,9 @@ class RepoFixEnv(AgentEnv):
 
     Milestones:
         ``opened_buggy_file``, ``reproduced_failure`` (before any edit, a visible test
-        fails, or a command fails that, rerun privately, fails again on the base and
-        passes twice on the fixed base: at most two such checks per episode),
+        fails, or a command fails that, rerun privately, fails again on the base and on
+        its twin, the same code reformatted with its variables renamed, and passes on the
+        fixed base and on its twin: at most two such checks per episode),
         ``imports_and_collects`` (after the package's code was changed, the tests
         collect; comments, blank lines and docstrings are no change),
         ``target_tests_pass`` (every call the hidden tests make into the package returns
@@ -179,7 +171,8 @@ class RepoFixEnv(AgentEnv):
         (``search_failed``), never an env error.
 
     Safety gates:
-        ``protected_files`` (tests, conftest.py, pytest config, sitecustomize, .pth),
+        ``protected_files`` (tests, conftest.py, pytest config, sitecustomize, .pth;
+        also a write that lands on one through a symlink or a hard link),
         ``workspace_escape`` (paths or symlinks outside the workspace, the hidden tests'
         location), ``network``, and the effects gate ``command_effects``: ``run`` and
         ``run_tests`` are staged tools (``core.staging``) that run on a copy of the
@@ -558,7 +551,7 @@ class RepoFixEnv(AgentEnv):
         if checks >= REPRO_CHECKS:
             return False
         self.progress.repro_checks = checks + 1
-        original = tasks.source_files(self.task.spec["repo"])
+        original = fixtures.source_files(self.task.spec["repo"])
         fixed = {path: original[path] for path in self._mutated}
         base = {path: self._initial.get(path, text) for path, text in original.items()}
         twin_base, twin_fixed = twin_files(base), twin_files(original)
@@ -580,7 +573,7 @@ class RepoFixEnv(AgentEnv):
     def _tampering(self) -> list[str]:
         """The changed files that add code reaching into the test runner or the process."""
         changes = self.changes()
-        return [p for p, t in changes.items() if t and _tampers(self._initial.get(p), t)]
+        return [p for p, t in changes.items() if t and tampers(self._initial.get(p), t)]
 
     # -- verification -----------------------------------------------------------------------
 
@@ -620,7 +613,7 @@ class RepoFixEnv(AgentEnv):
         scratch = self.spaces.scratch_copy(self._template)
         try:
             apply_changes(scratch, changes, skip_protected=True)
-            hidden = tasks.repo_dir(spec["repo"]) / HIDDEN_AT
+            hidden = fixtures.repo_dir(spec["repo"]) / HIDDEN_AT
             run = self.runner.run(
                 scratch,
                 [HIDDEN_AT, VISIBLE_AT],  # the visible tests are the task's, never the diff's
@@ -660,7 +653,7 @@ class RepoFixEnv(AgentEnv):
         with AST_LOCK:  # the mutator parses: envs may reset in threads
             files = tasks.mutated_files(spec)
         self._template, self._initial = self.spaces.template(
-            task.id, tasks.repo_dir(spec["repo"]), files
+            task.id, fixtures.repo_dir(spec["repo"]), files
         )
         self._mutated = frozenset(files)
         self.workspace = self.spaces.fresh(self._template)
@@ -765,12 +758,6 @@ class ScriptOracle:
         return self.actions.pop(0) if self.actions else "submit()"
 
 
-def _tampers(before: str | None, after: str) -> bool:
-    """Whether ``after`` adds a line that reaches into the test runner or the process."""
-    old = set((before or "").splitlines())
-    return any(TAMPERING.search(line) for line in after.splitlines() if line not in old)
-
-
 def _format(result: ExecResult) -> str:
     head = f"exit code {result.exit_code} in {result.elapsed_ms:.0f} ms"
     if result.timed_out:
@@ -788,29 +775,6 @@ def _format(result: ExecResult) -> str:
     if result.stderr:
         parts.append("stderr:\n" + result.stderr[-STDERR_CHARS:])
     return "\n".join(parts)
-
-
-def choose_backend(backend: str | Backend, unsafe: bool) -> Backend:
-    """The backend that ``RepoFixEnv(backend=..., unsafe=...)`` runs commands in.
-
-    Raises:
-        ConfigError: ``unsafe`` is not a bool, ``unsafe=True`` with a backend other than
-            the local one, or ``backend="local"`` without ``unsafe=True``.
-        BackendUnavailable: the backend asked for does not work here.
-    """
-    if not isinstance(unsafe, bool):
-        raise ConfigError(f"unsafe must be True or False, got {unsafe!r}")
-    if not unsafe:
-        return make_backend(backend) if isinstance(backend, str) else backend
-    if isinstance(backend, LocalBackend):
-        return backend
-    if backend == "local":
-        return make_backend("local", unsafe=True)
-    raise ConfigError(
-        "unsafe=True only applies to the local backend (commands on the host, no "
-        f"isolation); got backend={backend!r}. Pass backend='local', unsafe=True to run "
-        "on the host, or drop unsafe=True to keep the sandbox"
-    )
 
 
 __all__ = [

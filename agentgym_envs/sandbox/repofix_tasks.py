@@ -28,13 +28,11 @@ from typing import Any
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task
 from agentgym_envs.sandbox import probes
-from agentgym_envs.sandbox.fixtures import (
-    OOD_REPOS,
-    TRAIN_REPOS,
-    content_hash,
-    repo_dir,
-    source_files,
-)
+from agentgym_envs.sandbox.fixtures import OOD_REPOS as OOD_REPOS
+from agentgym_envs.sandbox.fixtures import TRAIN_REPOS as TRAIN_REPOS
+from agentgym_envs.sandbox.fixtures import content_hash as content_hash
+from agentgym_envs.sandbox.fixtures import repo_dir as repo_dir
+from agentgym_envs.sandbox.fixtures import source_files as source_files
 from agentgym_envs.sandbox.mutate import (
     MutationKind,
     Site,

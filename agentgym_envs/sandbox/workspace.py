@@ -375,6 +375,40 @@ def resolve_inside(root: Path, relative: str) -> Path | None:
     return candidate if candidate == base or candidate.is_relative_to(base) else None
 
 
+def landing_paths(root: Path, relative: str) -> list[str]:
+    """Where a write to ``root/relative`` lands, as paths relative to ``root``: the path
+    itself, then the file it resolves to through symlinks (of the file or of a folder on
+    the way, the file existing or not), then the other names of that file (hard links).
+    A path that resolves outside ``root`` adds nothing (the workspace gate refuses it)."""
+    paths = [relative]
+    target = resolve_inside(root, relative)
+    if target is None:
+        return paths
+    base = root.resolve()
+    resolved = os.path.relpath(target, base)
+    if resolved not in paths:
+        paths.append(resolved)
+    try:
+        info = target.stat()
+    except OSError:  # a new file has no other name
+        return paths
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+        return paths
+    for dirpath, dirnames, filenames in os.walk(base):  # never into linked folders
+        dirnames[:] = [d for d in dirnames if d not in SKIP]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                other = os.lstat(path)
+            except OSError:
+                continue
+            name_of = os.path.relpath(path, base)
+            same = (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino)
+            if same and name_of not in paths:
+                paths.append(name_of)
+    return paths
+
+
 def search_output(stdout: str) -> tuple[list[str], int] | str | None:
     """The search script's output: (hits, total), a regex error message, or None when it
     is not what the script prints (cut short, or garbled by the sandboxed run)."""
