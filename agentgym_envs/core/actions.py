@@ -31,6 +31,16 @@ the business envs, 40,000 for RepoFix, 8,192 otherwise) is refused with a
 Results are cached per parser (parsing is a pure function of the text), so repeated
 actions cost a dictionary lookup.
 
+Policy text is made valid Unicode where it comes in (``core.unicode``: each lone
+surrogate becomes U+FFFD): :func:`read_action` does it to the action text, and the
+parser to every string it decodes from it (JSON's ``\\ud800`` escape, Python's
+``"\\ud800"`` literal), and a NUL in an argument's string becomes U+FFFD as well (no
+path, command or C string can hold one: the tool would raise, an env error). A call's
+arguments must be JSON data (strings, finite numbers, booleans, null, lists, objects
+with string keys; a tuple is read as a list): a Python literal of another kind (bytes,
+a set, a complex number, ``...``) is ``bad_arguments``, whatever the tool's schema
+allows, so ``info`` always holds data JSON can encode.
+
 An error says which part of the action it blames (``ParsedAction.blame``: the whole
 action, a call's tool name, its arguments, one argument, or one argument's value) and
 where that part is in the text; :meth:`ActionParser.call_spans` finds every call's parts
@@ -41,9 +51,10 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgym_envs.core import pyast
 from agentgym_envs.core.errors import did_you_mean
@@ -51,6 +62,10 @@ from agentgym_envs.core.info import ErrorCode, ErrorInfo, ErrorPart
 from agentgym_envs.core.spans import Blame, CallSpans, Span, json_call, json_calls, python_calls
 from agentgym_envs.core.spans import stripped as _stripped
 from agentgym_envs.core.tools import Tool, ToolCall, ToolSet, compile_schema
+from agentgym_envs.core.unicode import valid_argument, valid_text
+
+if TYPE_CHECKING:
+    from agentgym_envs.core.native import NativeTurn
 
 # Only anchored, bounded patterns: each matches at one position without backtracking
 # over the rest of the text.
@@ -119,11 +134,12 @@ class ActionParser:
         self._cache: dict[str, ParsedAction] = {}
 
     def parse(self, text: str) -> ParsedAction:
-        """Parse ``text``; never raises."""
+        """Parse ``text`` (each lone surrogate read as U+FFFD, ``core.unicode``); never
+        raises."""
         cached = self._cache.get(text)
         if cached is not None:
             return cached
-        result = self._parse_uncached(text)
+        result = self._parse_uncached(valid_text(text))  # one for one: spans still hold
         if len(text) <= _CACHE_MAX_TEXT:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
@@ -413,6 +429,7 @@ class ActionParser:
     # -- resolution: (name, args) -> validated ToolCall ----------------------------------
 
     def _resolve(self, name: str, args: Any) -> ToolCall:
+        name = valid_text(name)
         spec = self.tools.get(name)
         if spec is None:
             hint = did_you_mean(name, self.tools)
@@ -427,6 +444,7 @@ class ActionParser:
                 f"arguments of {name} must be an object, got {type(args).__name__}",
                 ErrorPart.ARGUMENTS,
             )
+        args = {valid_argument(k): _json_data(v, k) for k, v in args.items()}
         extra = [k for k in args if k.startswith("_") and k[1:].isdigit()]
         if extra:
             raise _ParseFailure(
@@ -596,6 +614,28 @@ FORMAT_NOTE = (
 )
 """How to act, as the system prompt states it (``AgentEnv.reset``'s ``info["system"]``)."""
 
+
+def read_action(
+    parser: ActionParser, action: Any, native: NativeTurn | None, step: int
+) -> tuple[str, ParsedAction]:
+    """The text of an action ``AgentEnv.step`` got, and the parser's verdict on it.
+
+    A str is made valid Unicode first (``core.unicode``) and, in native mode, read as
+    the assistant message it may be (``NativeTurn.begin``; the text returned is the
+    one parsed); bytes are decoded as UTF-8, with U+FFFD for what does not decode;
+    anything else is :data:`NOT_TEXT`, with ``""`` as its text."""
+    if isinstance(action, bytes | bytearray):
+        text = bytes(action).decode("utf-8", errors="replace")
+        return text, parser.parse(text)
+    if not isinstance(action, str):
+        return "", NOT_TEXT
+    text = valid_text(action)
+    if native is None:
+        return text, parser.parse(text)
+    text = native.begin(text, step)
+    return text, native.in_action(parser.parse(text))  # its blame's span in the message
+
+
 NOT_TEXT = _failed(
     ErrorCode.PARSE_ERROR,
     "the action must be text (a str)",
@@ -642,6 +682,31 @@ def _call_from_object(item: Any) -> tuple[str, Any]:
                 ErrorPart.ARGUMENTS,
             ) from None
     return name, args
+
+
+def _json_data(value: Any, key: str) -> Any:
+    """Argument ``key``'s ``value`` as JSON data, its strings valid Unicode without NUL
+    (tuples become lists); a value of another kind raises ``bad_arguments`` on ``key``."""
+    if isinstance(value, str):
+        return valid_argument(value)
+    if (
+        value is None
+        or isinstance(value, bool | int)
+        or (isinstance(value, float) and math.isfinite(value))
+    ):
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_data(item, key) for item in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {valid_argument(k): _json_data(v, key) for k, v in value.items()}
+    got = "an object with a key that is no string" if isinstance(value, dict) else repr(value)
+    raise _ParseFailure(
+        ErrorCode.BAD_ARGUMENTS,
+        f"argument {valid_text(key)!r} must be JSON data (a string, a finite number, a "
+        f"boolean, null, a list or an object with string keys), got {got[:40]}",
+        ErrorPart.VALUE,
+        key,
+    )
 
 
 def _literal(node: ast.expr, key: str) -> Any:

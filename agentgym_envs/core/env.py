@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, Protocol, Self
 
 import gymnasium as gym
 
-from agentgym_envs.core.actions import NOT_TEXT, ActionParser, ParsedAction
+from agentgym_envs.core.actions import ActionParser, ParsedAction, read_action
 from agentgym_envs.core.calls import CallRecord, CallRunner, Turn, fresh_arguments
 from agentgym_envs.core.errors import (
     ConfigError,
@@ -384,18 +384,8 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
             raise ResetNeeded("call reset() before step()")
         if self._outcome is not Outcome.CONTINUE:
             raise ResetNeeded(f"the episode ended ({self._outcome.value}); call reset()")
-        if self._native is not None and isinstance(action, str):
-            action = self._native.begin(action, self._step + 1)
-        if isinstance(action, str):
-            parsed = self.parser.parse(action)
-            if self._native is not None:  # its blame's span counted in the whole message
-                parsed = self._native.in_action(parsed)
-        elif isinstance(action, bytes | bytearray):
-            action = bytes(action).decode("utf-8", errors="replace")
-            parsed = self.parser.parse(action)
-        else:
-            parsed = NOT_TEXT
-            action = ""
+        # valid Unicode from here on (core.unicode): nothing a policy sends makes info unencodable
+        action, parsed = read_action(self.parser, action, self._native, self._step + 1)
         self._step += 1
         self.ledger.chars_in += len(action)
         turn = self._execute(parsed)
@@ -482,6 +472,8 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
                     "fault": record.fault,
                 }
             )
+            if native is not None and i in native.replaced:  # the model's id was unsafe
+                turn.calls[-1]["id_replaced"] = True
         return turn
 
     def render(self) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, TypedDict, TypeGuard
+from typing import Any, NotRequired, TypedDict, TypeGuard
 
 
 class Outcome(StrEnum):
@@ -115,6 +115,7 @@ class ToolCallInfo(TypedDict):
     status: ToolStatus
     latency_ms: float
     fault: str  # "" or the injected fault's kind (see core.faults)
+    id_replaced: NotRequired[bool]  # native mode: the model's call id was unsafe (core.native)
 
 
 class SafetyInfo(TypedDict, total=False):

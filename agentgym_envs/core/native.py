@@ -16,7 +16,10 @@ native tools and send the model's assistant message back as the action:
   ``tool`` message per native call of the action, answering the model's own
   ``tool_call_id`` with that call's result (a call that reached the simulated user
   answers "Delivered to the user." and the user's words follow as a ``user`` message;
-  when one action holds several calls, each is answered under its own id); the env's own
+  when one action holds several calls, each is answered under its own id: an id that
+  is not a short token, :data:`SAFE_CALL_ID` (chat-template tokens, newlines, escapes,
+  a lone surrogate), is replaced by the env's ``call_<step>_<i>`` and the call's
+  ``info["tool_calls"]`` entry gets ``"id_replaced": True``); the env's own
   text (an error, the outcome, the view, and the results of calls written as text,
   which have no id) closes the last ``tool`` message or, when there is none, is a
   ``user`` message. Each message's content is sanitized and capped like the text
@@ -32,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -42,6 +46,7 @@ from agentgym_envs.core.info import ErrorPart, ToolStatus
 from agentgym_envs.core.spaces import sanitize
 from agentgym_envs.core.spans import Span, content_chars
 from agentgym_envs.core.tools import ToolResult
+from agentgym_envs.core.unicode import valid_text
 from agentgym_envs.core.variants import rename_calls
 
 if TYPE_CHECKING:
@@ -52,6 +57,10 @@ DELIVERED = "Delivered to the user."
 USER_LABEL = "User: "
 """The speaker label a user reply carries in the text observation (dropped in messages)."""
 NOT_RUN = "Not run: an earlier call of this turn ended the episode."
+SAFE_CALL_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""A model's ``tool_call_id`` that goes back into the chat as it is (OpenAI's ``call_``,
+vLLM's ``chatcmpl-tool-`` and Kimi's ``functions.name:0`` ids match); any other is
+replaced by the env's own."""
 
 
 class ToolMode(StrEnum):
@@ -140,6 +149,8 @@ class NativeTurn:
     def __init__(self, max_action_chars: int, max_observation_chars: int) -> None:
         self.max_action_chars, self.max_observation_chars = max_action_chars, max_observation_chars
         self.ids: list[str] = []
+        self.replaced: set[int] = set()
+        """Indices of the calls whose model id was unsafe and replaced."""
         self.heard: list[str] = []
         """User replies produced this step (by :func:`record_replies`)."""
         self.depth = 0
@@ -156,6 +167,7 @@ class NativeTurn:
         """Start a step; the text to parse: an assistant message without tool calls is
         its content, anything else is parsed as it is."""
         self.ids, self.heard, self.tail, self._messages, self._loose = [], [], [], [], []
+        self.replaced = set()
         self._step, self._content = step, None
         data = _message(action, self.max_action_chars)
         if (
@@ -163,7 +175,7 @@ class NativeTurn:
             and data.get("role") == "assistant"
             and not data.get("tool_calls")
         ):
-            text = _content_text(data.get("content"))
+            text = valid_text(_content_text(data.get("content")))  # one for one: spans hold
             chars = content_chars(action)
             self._content = (len(action), chars if chars and len(chars) == len(text) else None)
             return text
@@ -172,11 +184,11 @@ class NativeTurn:
             entries = calls if isinstance(calls, list) else [data]
         else:
             entries = data if isinstance(data, list) else []
-        self.ids = [
-            e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)
-        ]
+        ids = [e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+        self.replaced = {i for i, e in enumerate(ids) if not SAFE_CALL_ID.fullmatch(e)}
+        self.ids = [f"call_{step}_{i}" if i in self.replaced else e for i, e in enumerate(ids)]
         if len(self.ids) != len(entries) or len(set(self.ids)) != len(self.ids):
-            self.ids = []  # only a complete, unambiguous set of ids maps onto the calls
+            self.ids, self.replaced = [], set()  # only a complete set of distinct ids is used
         return action
 
     def in_action(self, parsed: ParsedAction) -> ParsedAction:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.unicode import valid_text
 from agentgym_envs.eval.metrics import shown, tidy
 from agentgym_envs.eval.plots import (
     cost_axis,
@@ -473,13 +474,14 @@ def write_reports(report: Mapping[str, Any], out_dir: str | Path) -> dict[str, P
                 f"the report holds a value JSON cannot store ({exc}); convert it to plain "
                 "lists, dicts, strings and numbers before writing"
             ) from exc
-        paths["json"].write_text(text + "\n", encoding="utf-8")
+        paths["json"].write_text(valid_text(text) + "\n", encoding="utf-8")
     plots = render_plots(report)
     (out / "plots").mkdir(exist_ok=True)
     for key, data in plots.items():
         paths[key] = out / "plots" / f"{key}.png"
         paths[key].write_bytes(data)
-    paths["md"].write_text(render_markdown(report), encoding="utf-8")
-    paths["html"].write_text(_html(report, plots), encoding="utf-8")
+    # an episode's error text may quote what its policy wrote: valid Unicode (core.unicode)
+    paths["md"].write_text(valid_text(render_markdown(report)), encoding="utf-8")
+    paths["html"].write_text(valid_text(_html(report, plots)), encoding="utf-8")
     logger.info("wrote the evaluation report to %s", out)
     return paths

@@ -13,6 +13,11 @@ price of an fsync per commit.
 
 Several threads may share one store object (a lock serialises its connection), and
 several processes may write to the same file, each with its own ``TrajectoryStore``.
+
+Writing is total over what a step can return: text is made valid Unicode
+(``core.unicode``: a lone surrogate, which SQLite cannot encode, is stored as U+FFFD),
+and a value JSON has no form for (bytes, a set, a key that is no string) is stored as
+its ``str``. An episode is never lost to what its policy wrote.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any, Literal
 from agentgym_envs.core.episode import EpisodeSummary, Truncation
 from agentgym_envs.core.errors import AgentGymError, ConfigError
 from agentgym_envs.core.info import Outcome
+from agentgym_envs.core.unicode import valid_text
 
 # 2: the ``truncation`` column (version-1 files gain it, as "none", when opened)
 SCHEMA_VERSION = 2
@@ -514,12 +520,21 @@ class TrajectoryStore:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """``value`` as compact JSON text, valid Unicode whatever it holds (never raises on
+    what a step returns: see the module docstring)."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # a key JSON cannot hold (a tuple ...)
+        from agentgym_envs.integrations.extras import jsonable
+
+        text = json.dumps(jsonable(value), separators=(",", ":"), ensure_ascii=False)
+    return valid_text(text)  # ensure_ascii=False leaves a lone surrogate as it is
 
 
 def _row(ep: StoredEpisode) -> list[Any]:
     values = (getattr(ep, name) for name in _SCALAR_FIELDS)
     scalars = [v.value if isinstance(v, StrEnum) else v for v in values]
+    scalars = [valid_text(v) if isinstance(v, str) else v for v in scalars]
     derived = [int(ep.success), int(bool(ep.valid)), ep.steps, ep.episode_return]
     blobs = [_dumps(getattr(ep, name)) for name in _JSON_FIELDS]
     return [ep.dedup_key(), *scalars, *derived, *blobs]

@@ -1,4 +1,9 @@
-"""``agentgym traj``: list, show and export the episodes of a trajectory store."""
+"""``agentgym traj``: list, show and export the episodes of a trajectory store.
+
+Stored text is the agent's own (its actions, what the env echoed of them): ``ls`` and
+``show`` print it through :func:`~agentgym_envs.console.terminal_text` as ``rich`` Text,
+so control characters show as visible escapes and ``[markup]`` as written.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from agentgym_envs.console import console
+from agentgym_envs.console import console, terminal_text
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.export import (
     HF_KINDS,
@@ -121,10 +126,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         outcome = r["outcome"] + ("" if r["valid"] else " (invalid)")
         table.add_row(
             str(r["id"]),
-            r["env_id"],
-            r["task_id"],
-            r["policy"],
-            outcome,
+            _text(r["env_id"]),
+            _text(r["task_id"]),
+            _text(r["policy"]),
+            _text(outcome),
             str(r["steps"]),
             f"{r['return']:.3f}",
             _when(r["ended_at"]),
@@ -148,6 +153,11 @@ def _summary(episode_id: int, ep: StoredEpisode) -> dict[str, Any]:
         "started_at": ep.started_at,
         "ended_at": ep.ended_at,
     }
+
+
+def _text(value: object) -> Text:
+    """Stored text as the terminal may show it (no escapes run, no markup read)."""
+    return Text(terminal_text(str(value)))
 
 
 def _when(unix: float) -> str:
@@ -211,18 +221,16 @@ def render_episode(episode_id: int, ep: StoredEpisode) -> Group:
     facts.add_column(style="bold")
     facts.add_column()
     for key, value in _facts(ep):
-        facts.add_row(key, Text(value))
+        facts.add_row(key, _text(value))
     parts: list[Any] = [facts]
     for role, title, m in _turns(ep):
-        body = Text(str(m["content"]))  # Text: agent output is never read as rich markup
+        body = _text(m["content"])  # Text: agent output is never read as rich markup
         for call in m.get("tool_calls") or []:
             args = json.dumps(call.get("arguments", {}), ensure_ascii=False)
-            body.append(f"\n-> {call.get('name')}({args}) {call.get('status', '')}", "italic")
-        parts.append(
-            Panel(
-                body, title=title, title_align="left", border_style=_ROLE_STYLE.get(role, "white")
-            )
-        )
+            line = f"\n-> {call.get('name')}({args}) {call.get('status', '')}"
+            body.append(terminal_text(line), "italic")
+        style = _ROLE_STYLE.get(role, "white")
+        parts.append(Panel(body, title=_text(title), title_align="left", border_style=style))
     return Group(*parts)
 
 

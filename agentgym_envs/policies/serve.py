@@ -14,6 +14,13 @@ Built on the standard library (``http.server.ThreadingHTTPServer``). Endpoints:
   with those of a Hugging Face folder of the same architecture (a trainer's
   checkpoint) and bump ``weights_version``. Loopback clients only.
 
+Every POST must be JSON (``Content-Type: application/json``), name this server in its
+``Host`` header and carry no foreign ``Origin``: what a web page can make a browser send
+(a cross-site form, a DNS-rebinding page) is refused with 403 or 415 before the body is
+read (see :mod:`.serve_guard`). A body over ``max_body_bytes`` (``--max-body-bytes``,
+8 MiB by default) is refused with 413 unread, and a prompt with more characters than the
+context can hold is refused before it is tokenised.
+
 Every choice says ``weights_version``, the version of the weights that sampled it: the
 batcher reads it under the lock weight loads take, when the choice's batch runs (a
 choice is one row of one batch, so it never mixes versions). A body's top-level
@@ -22,6 +29,12 @@ different batches); see :mod:`.serve_reply` for streams.
 
 Bad requests get a 4xx with an OpenAI-style ``{"error": {...}}`` body; the server
 survives anything a request does.
+
+Fairness: rows wait for a batch in turns, round-robin over clients (peer addresses) and
+then over each client's requests, one row at a time, not first come first served: a
+request for ``n=128`` long choices takes its share of each batch, and a short request
+sent after it runs in the next batch instead of after all 128 rows (see
+:class:`~.serve_queue.FairQueue`).
 
 Choices: each of the ``n`` choices is sampled independently, choice 0 with the request's
 ``seed`` and choice ``i`` with a seed derived from ``(seed, i)``, so a seeded request is
@@ -59,13 +72,17 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.integrations.extras import optional_imports
 from agentgym_envs.policies.chat import derive_seed
 from agentgym_envs.policies.serve_api import BadRequest
 from agentgym_envs.policies.serve_engine import Batcher, RowEngine
+from agentgym_envs.policies.serve_guard import DEFAULT_MAX_BODY_BYTES
 from agentgym_envs.policies.serve_http import SOCKET_TIMEOUT_S, Handler, is_loopback
 
 if TYPE_CHECKING:  # torch loads only when a server starts
@@ -88,7 +105,11 @@ class ChatServer(ThreadingHTTPServer):
         batcher: Batcher,
         model_id: str,
         owns_lm: bool = True,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
+        if max_body_bytes < 1:
+            raise ConfigError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
         super().__init__(address, Handler)
         self.lm, self.batcher, self.model_id = lm, batcher, model_id
         self.owns_lm = owns_lm
@@ -99,6 +120,13 @@ class ChatServer(ThreadingHTTPServer):
         written; then the handler answers 408 (or drops the reply) and frees its thread."""
         self.fingerprint = lm.fingerprint
         """The weights' fingerprint (``system_fingerprint``)."""
+        self.max_body_bytes = max_body_bytes
+        """The largest request body served; a larger one is refused unread (413)."""
+        self.bound_host = str(address[0])
+        """The host the server was bound to, as given (a ``Host`` header may name it)."""
+        self.allowed_hosts = tuple(allowed_hosts)
+        """Further host names a ``Host`` header may use (see :mod:`.serve_guard`)."""
+        self._context_chars: int | None = None
         self._count = 0
         self._count_lock = threading.Lock()
         self._load_lock = threading.Lock()
@@ -114,6 +142,18 @@ class ChatServer(ThreadingHTTPServer):
         """How many times :meth:`load_weights` replaced the weights (the batcher keeps
         the count, so each batch reads it under the lock the loads take)."""
         return self.batcher.weights_version
+
+    @property
+    def context_chars(self) -> int:
+        """The most characters of text a prompt that fits the context can hold: no token
+        decodes to more characters than the longest token string of the vocabulary
+        (byte-level tokenizers write one character per byte), so text longer than
+        ``context_length`` times that cannot fit, whatever its tokens."""
+        if self._context_chars is None:
+            vocab = self.lm.tokenizer.get_vocab()
+            longest = max((len(token) for token in vocab), default=1)
+            self._context_chars = self.lm.context_length * max(1, longest)
+        return self._context_chars
 
     @property
     def url(self) -> str:
@@ -221,6 +261,8 @@ def start_server(
     model_id: str | None = None,
     seed: int = 0,
     lm: LocalLM | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    allowed_hosts: Sequence[str] = (),
 ) -> tuple[ChatServer, str]:
     """Load a model and serve it in a background thread.
 
@@ -235,19 +277,34 @@ def start_server(
         seed: seeds requests that bring no ``seed``.
         lm: an already loaded model to serve (``model_spec`` then only names it); the
             caller keeps ownership (``server.close()`` does not free it).
+        max_body_bytes: the largest request body served (a larger one gets 413 unread).
+        allowed_hosts: host names clients may call the server by besides loopback
+            names, the bound host and this machine's name (a container's service
+            name, say); see :mod:`.serve_guard`.
 
     Returns:
         ``(server, url)`` with ``url`` like ``http://127.0.0.1:8000/v1``. Call
         ``server.close()`` to stop.
     """
-    from agentgym_envs.policies.hf import LocalLM
+    with optional_imports("serving a local model"):  # the train extra: torch, transformers
+        from agentgym_envs.policies.hf import LocalLM
 
     model = lm if lm is not None else LocalLM(model_spec, device=device)
     batcher = Batcher(RowEngine(model), max_batch=max_batch, wait_s=batch_wait_ms / 1000.0)
     try:
-        server = ChatServer((host, port), model, batcher, model_id or model_spec, lm is None)
-    except OSError:
+        server = ChatServer(
+            (host, port),
+            model,
+            batcher,
+            model_id or model_spec,
+            lm is None,
+            max_body_bytes=max_body_bytes,
+            allowed_hosts=allowed_hosts,
+        )
+    except (OSError, ConfigError):
         batcher.close()
+        if lm is None:
+            model.close()
         raise
     server.seed = seed
     server.start()
@@ -281,6 +338,22 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--name", default=None, help="model id clients send (default: the --model)")
     p.add_argument("--seed", type=int, default=0, help="seed of requests without one (default 0)")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="N",
+        help="refuse request bodies over N bytes, unread, with 413 "
+        f"(default {DEFAULT_MAX_BODY_BYTES}: 8 MiB)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients call the server by, besides loopback names, the --host "
+        "and this machine's name (e.g. a container's service name); repeatable",
+    )
     p.set_defaults(func=cmd_serve)
 
 
@@ -299,6 +372,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_wait_ms=args.batch_wait_ms,
         model_id=args.name,
         seed=args.seed,
+        max_body_bytes=args.max_body_bytes,
+        allowed_hosts=args.allowed_host,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

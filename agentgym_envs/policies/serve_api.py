@@ -345,6 +345,14 @@ def parse_request(body: Any, model_id: str) -> ChatRequest:
     )
 
 
+def prompt_chars(request: ChatRequest) -> int:
+    """Characters of a chat request that its prompt holds verbatim (message contents and
+    tool descriptions): a lower bound on the prompt's length, known before tokenising."""
+    contents = sum(len(m["content"]) for m in request.messages)
+    descriptions = sum(len(t["function"].get("description") or "") for t in request.tools)
+    return contents + descriptions
+
+
 def _prompts(value: Any) -> list[list[int] | str]:
     """``prompt``: a string, a list of token ids, or a list of either."""
     if isinstance(value, str) or (

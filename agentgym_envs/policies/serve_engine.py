@@ -23,7 +23,6 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym_envs.core.errors import ArgumentError, ClosedError
 from agentgym_envs.llm.generation import SamplingSettings
+from agentgym_envs.policies.serve_queue import FairQueue, QueueStopped
 
 if TYPE_CHECKING:  # torch loads only when a server starts
     import torch
@@ -75,6 +75,9 @@ class RowJob:
     cancel: threading.Event | None = field(default=None, compare=False)
     """Set when nobody waits for the row any more (its client left): a queued row
     never runs, a running one stops before its next token (see :meth:`Batcher.cancel`)."""
+    client: str | None = field(default=None, compare=False)
+    """Who asked (a peer address): rows wait their turn round-robin over clients, then
+    over each client's requests (None: the request is a client of its own)."""
 
 
 @dataclass(frozen=True)
@@ -468,6 +471,9 @@ _Job = tuple[RowJob, "Future[RowResult]"]
 class Batcher:
     """Collects concurrent rows into batched generations on one worker thread.
 
+    Waiting rows are taken in fair turns (:class:`~.serve_queue.FairQueue`):
+    round-robin over clients, then over each client's requests, one row at a time.
+
     Args:
         engine: generates a batch of rows.
         max_batch: the most rows generated together.
@@ -486,7 +492,7 @@ class Batcher:
         """The version of the weights the next batch samples with. It changes only while
         the model is held (:meth:`new_weights`), and each batch reads it under the same
         lock, so every result is labelled with the weights that sampled it."""
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._queue: FairQueue[_Job] = FairQueue()
         self._closed = False
         self._busy = threading.Lock()  # held while generating
         self._pending = 0
@@ -495,7 +501,8 @@ class Batcher:
         self._thread.start()
 
     def submit(self, jobs: Sequence[RowJob]) -> list[Future[RowResult]]:
-        """Queue rows together (the choices of one request); one future per row."""
+        """Queue rows together (the choices of one request, of the first job's
+        ``client``); one future per row."""
         futures: list[Future[RowResult]] = [Future() for _ in jobs]
         with self._pending_lock:
             if self._closed:
@@ -504,9 +511,10 @@ class Batcher:
                     "start a new one"
                 )
             self._pending += len(jobs)
-        for job, future in zip(jobs, futures, strict=True):
+        for future in futures:
             future.add_done_callback(self._count_cancelled)
-            self._queue.put((job, future))
+        client = jobs[0].client if jobs and jobs[0].client is not None else object()
+        self._queue.put(client, list(zip(jobs, futures, strict=True)))
         return futures
 
     def _count_cancelled(self, future: Future[RowResult]) -> None:
@@ -558,15 +566,18 @@ class Batcher:
         with self._pending_lock:
             self._closed = True
         if self._thread.is_alive():
-            self._queue.put(None)
+            self._queue.stop()
             self._thread.join()
         self.engine.close()
 
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
-            if first is None:
+            try:
+                first = self._take(None)
+            except QueueStopped:
                 return
+            if first is None:  # no timeout: get waits until a row or the stop
+                continue
             jobs = [first]
             stop = self._collect(jobs, time.monotonic() + self.wait_s)
             with self._busy:
@@ -578,19 +589,23 @@ class Batcher:
     def _collect(self, jobs: list[_Job], deadline: float | None) -> bool:
         """Add waiting rows up to ``max_batch`` (until ``deadline``); True on stop."""
         while len(jobs) < self.max_batch:
+            remaining = 0.0 if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                remaining = 0.0 if deadline is None else deadline - time.monotonic()
-                job = (
-                    self._queue.get(timeout=remaining)
-                    if remaining > 0
-                    else self._queue.get_nowait()
-                )
-            except queue.Empty:
-                return False
-            if job is None:
+                job = self._take(remaining)
+            except QueueStopped:
                 return True
+            if job is None:
+                return False
             jobs.append(job)
         return False
+
+    def _take(self, timeout: float | None) -> _Job | None:
+        """The next waiting row in turn (None if none came within ``timeout``); rows
+        given up while queued are skipped (they are answered already)."""
+        while True:
+            job = self._queue.get(timeout)
+            if job is None or not job[1].cancelled():
+                return job
 
     def _generate(self, jobs: list[_Job]) -> None:
         """Run one batch (the caller holds ``_busy``: the weights cannot change)."""

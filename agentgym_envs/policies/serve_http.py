@@ -27,9 +27,11 @@ from agentgym_envs.policies.serve_api import (
     error_body,
     parse_completion_request,
     parse_request,
+    prompt_chars,
     template_messages,
 )
 from agentgym_envs.policies.serve_engine import Batcher, Reply, RowJob, RowResult
+from agentgym_envs.policies.serve_guard import check_post
 from agentgym_envs.policies.serve_reply import (
     Chunks,
     chat_body,
@@ -49,7 +51,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 16 << 20
+DROP_BODY_BYTES = 64 << 10
+"""A refused request's body up to this size is read and dropped (keeping the
+connection); a larger one closes the connection unread."""
 REQUEST_TIMEOUT_S = 900.0
 SOCKET_TIMEOUT_S = 60.0
 """How long a connection may stay silent while a request is read or a reply written
@@ -86,6 +90,20 @@ def _max_new(
             code="context_length_exceeded",
         )
     return max_new
+
+
+def _check_chars(server: ChatServer, chars: int, param: str) -> None:
+    """Refuse text that cannot fit the context before it is tokenised (a huge prompt
+    costs seconds and gigabytes to tokenise only to be refused after)."""
+    if chars > server.context_chars:
+        raise BadRequest(
+            f"the prompt has {chars} characters; the model's context of "
+            f"{server.lm.context_length} tokens holds at most {server.context_chars} "
+            "characters (no token of its vocabulary is longer than "
+            f"{server.context_chars // server.lm.context_length}). Shorten the prompt.",
+            param=param,
+            code="context_length_exceeded",
+        )
 
 
 def _settings(server: ChatServer, sampling: Sampling) -> list[SamplingSettings]:
@@ -205,9 +223,10 @@ class Handler(BaseHTTPRequestHandler):
         route = routes.get(self.path.rstrip("/"))
         try:
             if route is None:
+                self._drop_body()
                 self._send(404, error_body(f"no route POST {self.path}", "not_found_error"))
                 return
-            route(self._body())
+            route(self._body(self._checked_length()))
         except BadRequest as exc:
             self._send(exc.status, error_body(str(exc), exc.kind, exc.param, exc.code))
         except ConnectionError:  # the client gave up (its rows were cancelled)
@@ -218,18 +237,36 @@ class Handler(BaseHTTPRequestHandler):
                 500, error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error")
             )
 
-    def _body(self) -> Any:
+    def _checked_length(self) -> int:
+        """The body's length, once its headers passed :func:`~.serve_guard.check_post`
+        (origin, host, JSON type, size); a refused body is never read whole."""
+        server = self.server
+        try:
+            return check_post(
+                self.headers, server.bound_host, server.allowed_hosts, server.max_body_bytes
+            )
+        except BadRequest:
+            self._drop_body()
+            raise
+
+    def _drop_body(self) -> None:
+        """Skip the body of a request refused before it was read: a small one is read
+        and dropped, so the connection stays usable; after a larger one (or one whose
+        end is unknown) the connection closes."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
-            raise BadRequest("Content-Length is not a number") from None
-        if length < 0:
-            self.close_connection = True  # where the body ends is unknown
-            raise BadRequest(f"Content-Length must be >= 0, got {length}")
-        if length > MAX_BODY_BYTES:
-            raise BadRequest(
-                f"the body has {length} bytes; the limit is {MAX_BODY_BYTES}", status=413
-            )
+            length = -1
+        if not 0 <= length <= DROP_BODY_BYTES:
+            self.close_connection = True
+            return
+        try:
+            if len(self.rfile.read(length)) < length:
+                self.close_connection = True
+        except (TimeoutError, OSError):
+            self.close_connection = True
+
+    def _body(self, length: int) -> Any:
         try:
             raw = self.rfile.read(length)
         except TimeoutError:
@@ -252,12 +289,14 @@ class Handler(BaseHTTPRequestHandler):
     def _chat(self, body: Any) -> None:
         server, lm = self.server, self.server.lm
         request = parse_request(body, server.model_id)
+        _check_chars(server, prompt_chars(request), "messages")
         messages = template_messages(request.messages, request.tools, lm.template_tools)
         prompt = lm.prompt_ids(messages, request.tools)
         max_new = _max_new(server, prompt, request.max_tokens, CHAT_MAX_TOKENS, "messages")
         top = request.top_logprobs if request.logprobs else 0
+        client = str(self.client_address[0])
         jobs = [
-            RowJob(prompt, max_new, settings, request.stop, top, request.forced)
+            RowJob(prompt, max_new, settings, request.stop, top, request.forced, client=client)
             for settings in _settings(server, request.sampling)
         ]
         if request.sampling.stream:
@@ -383,6 +422,8 @@ class Handler(BaseHTTPRequestHandler):
         request = parse_completion_request(body, server.model_id)
         sampling = request.sampling
         vocab = server.engine.vocab_size
+        for text in (p for p in request.prompts if isinstance(p, str)):
+            _check_chars(server, len(text), "prompt")  # every one, before any is tokenised
         jobs: list[RowJob] = []
         for prompt in request.prompts:
             ids = (
@@ -397,8 +438,10 @@ class Handler(BaseHTTPRequestHandler):
                 )
             max_new = _max_new(server, ids, sampling.max_tokens, TEXT_MAX_TOKENS, "prompt")
             top = request.logprobs or 0
+            client = str(self.client_address[0])
             jobs += [
-                RowJob(ids, max_new, s, sampling.stop, top) for s in _settings(server, sampling)
+                RowJob(ids, max_new, s, sampling.stop, top, client=client)
+                for s in _settings(server, sampling)
             ]
         prompt_tokens = sum(len(j.prompt) for j in jobs[:: sampling.n])
         if sampling.stream:

@@ -37,6 +37,7 @@ from typing import Any
 
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.redteam.core import Attack, AttackTrace, scripted
+from agentgym_envs.redteam.text import TextTarget, text_attacks
 from agentgym_envs.registration import find
 
 RETAIL, CALENDAR = (find(name).id for name in ("Retail", "Calendar"))
@@ -52,6 +53,11 @@ def spray_message() -> str:
 
 
 SPRAY = f"respond(message={json.dumps(spray_message())})"
+TEXT_TARGET = TextTarget(
+    RETAIL, "respond", "message", "One moment ", {"split": "test", "difficulty": "easy"},
+    end='transfer_to_human_agents(summary="x")', messages=True,
+)  # fmt: skip
+"""Where the text attacks (``redteam.text``) aim: a message, ended by a transfer."""
 
 
 def spray_attack(env_id: str, task_id: str, repeats: int = 4) -> Attack:
@@ -510,4 +516,4 @@ def attacks() -> list[Attack]:
         out.append(_repeat_write_attack(env_id))
         out.append(_confirm_then_other_attack(env_id))
         out.append(_inject_user_attack(env_id))
-    return out + review_attacks()
+    return out + review_attacks() + text_attacks("business", TEXT_TARGET)

@@ -20,8 +20,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "redteam",
         help="play hostile policies that try to score without solving the task",
-        description="Plays every attack of the chosen families through env.step and reports, "
-        "per family, attacks tried, contained and got through. Exits 1 if any got through.",
+        description="Plays every attack of the chosen families through env.step (and, with "
+        "--evaluator or where the attack asks, through the evaluator's recording, store and "
+        "report) and reports, per family, attacks tried, contained and got through. Exits 1 "
+        "if any got through.",
     )
     p.add_argument(
         "--family", nargs="+", choices=FAMILIES, default=list(FAMILIES), help="families to attack"
@@ -29,6 +31,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-k", "--match", default="", help="only attacks whose name contains this")
     p.add_argument("--list", action="store_true", help="list the attacks without playing them")
     p.add_argument("--json", action="store_true", help="print every result as JSON")
+    p.add_argument(
+        "--evaluator",
+        action="store_true",
+        help="also play every attack through the evaluator's path (recorder, trajectory "
+        "store, export, report, traj show), where an env_error is a breach; the attacks "
+        "on the text a policy sends always are",
+    )
     p.set_defaults(func=cmd_redteam)
 
 
@@ -41,7 +50,7 @@ def cmd_redteam(args: argparse.Namespace) -> int:
         return 0
     results: list[AttackResult] = []
     for attack in attacks:
-        result = run_attack(attack)
+        result = run_attack(attack, evaluator=True if args.evaluator else None)
         results.append(result)
         if not args.json:
             mark = "[green]contained[/]" if result.contained else "[red]GOT THROUGH[/]"

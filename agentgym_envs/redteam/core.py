@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import signal
-import threading
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError, did_you_mean
 from agentgym_envs.core.info import Outcome
+from agentgym_envs.redteam.watchdog import Hang, deadline
 
-FAMILIES = ("games", "business", "sandbox", "web")
+FAMILIES = ("games", "business", "sandbox", "web", "servers")
 
 # A script is a generator function: called with the reset's (obs, info), it yields
 # action texts and receives each step's (obs, info) back through ``send``.
@@ -72,6 +70,11 @@ class Attack:
         breach: an extra check; returns why the attack got through, or None.
         step_limit_s: a step that runs longer counts as a hang (a watchdog against
             denial of service, set far above what any step needs, not a speed target).
+        may_solve: a SUCCESS is no breach (the attack may solve the task by chance).
+        evaluator: also play it through the evaluator's path (``redteam.evaluator``:
+            the recorder, the store, the export, the report, ``traj show``), where a
+            policy's input that ends as ``env_error``, or anything that raises, is a
+            breach. ``run_attack(evaluator=True)`` does it for any attack.
     """
 
     name: str
@@ -88,6 +91,7 @@ class Attack:
     breach: Breach | None = None
     step_limit_s: float = 60.0
     may_solve: bool = False
+    evaluator: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,30 +104,6 @@ class AttackResult:
     outcome: str
     steps: int
     paid: float
-
-
-class _Hang(BaseException):
-    """Raised by the step watchdog; a BaseException so env code cannot swallow it."""
-
-
-@contextlib.contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    # SIGALRM interrupts pure-Python loops and the re engine alike; it needs the main
-    # thread, elsewhere the step simply runs unwatched.
-    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
-        yield
-        return
-
-    def fire(signum: int, frame: Any) -> None:
-        raise _Hang
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _play(attack: Attack, env: Any, trace: AttackTrace) -> None:
@@ -159,9 +139,9 @@ def _guarded(
 ) -> Any:
     """``call`` under the watchdog; a hang or an escaping exception is recorded, not raised."""
     try:
-        with _deadline(limit_s):
+        with deadline(limit_s):
             return call(*args, **kw)
-    except _Hang:
+    except Hang:
         trace.hung = True
     except Exception as exc:  # an exception escaping the env is itself the finding
         trace.raised = repr(exc)[:300]
@@ -186,8 +166,10 @@ def _verdict(attack: Attack, trace: AttackTrace) -> str | None:
     return attack.breach(trace) if attack.breach is not None else None
 
 
-def run_attack(attack: Attack) -> AttackResult:
-    """Play ``attack`` through the real env and judge whether it was contained."""
+def run_attack(attack: Attack, *, evaluator: bool | None = None) -> AttackResult:
+    """Play ``attack`` through the real env and judge whether it was contained; then,
+    if it was and ``evaluator`` says so (None: where ``attack.evaluator`` does), play
+    it again through the evaluator's path (``redteam.evaluator``) and judge that."""
     import gymnasium as gym
 
     import agentgym_envs  # noqa: F401  (registers the envs)
@@ -200,6 +182,10 @@ def run_attack(attack: Attack) -> AttackResult:
         reason = _verdict(attack, trace)
     finally:
         env.close()
+    if reason is None and (attack.evaluator if evaluator is None else evaluator):
+        from agentgym_envs.redteam.evaluator import evaluator_verdict
+
+        reason = evaluator_verdict(attack)
     return AttackResult(
         name=attack.name,
         family=attack.family,

@@ -13,6 +13,7 @@ from typing import Any
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.tasks import Task, load_task_set
 from agentgym_envs.redteam.core import Attack, AttackTrace, Script, scripted
+from agentgym_envs.redteam.text import TextTarget, text_attacks
 
 ENV = "agentgym/WebShop-v2"
 TASK_FILE = "web/webshop.jsonl"
@@ -242,7 +243,8 @@ def attacks() -> list[Attack]:
             "cancel-old-order-then-buy", buy, _cancel_old_order_then_buy(buy), no_reward=True
         ),
     ]
-    return found
+    text = TextTarget(ENV, "goto", "path", "/?q=", _options(fact[2]), end='answer(text="0")')
+    return found + text_attacks("web", text)
 
 
 def slow_attacks() -> list[Attack]:

@@ -17,6 +17,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from agentgym_envs.core.episode import EpisodeFold
+from agentgym_envs.core.unicode import valid_text
 from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
                 )
                 self._warned = True
             return obs, reward, terminated, truncated, info
-        text = action if isinstance(action, str) else _as_text(action)
+        # the text the env read: valid Unicode, as the store writes it (core.unicode)
+        text = valid_text(action) if isinstance(action, str) else _as_text(action)
         ep.actions.append(text)
         ep.messages.append(
             {"role": "assistant", "content": text, "tool_calls": list(info.get("tool_calls", ()))}

@@ -234,3 +234,76 @@ def test_text_around_tags_and_fences_still_finds_the_call(parser: ActionParser) 
     assert parser.parse("Adding.\n```\nadd(n=4)\n```").calls[0].arguments == {"n": 4}
     huge = '{"name": "add", "arguments": {"n": 1' + "0" * 4400 + "}}"
     assert parser.parse(huge).error_code == ErrorCode.PARSE_ERROR  # never raises
+
+
+# -- policy text is valid Unicode (issue 26) ----------------------------------------------
+
+_MOMENT = "One moment \ufffd"  # the lone surrogate, replaced
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        '{"name": "respond", "arguments": {"message": "One moment \\ud800"}}',
+        "respond(message='One moment \\ud800')",
+        "respond(message='One moment \ud800')",
+        '{"function": {"name": "respond", "arguments": "{\\"message\\": \\"One moment '
+        '\\\\udfff\\"}"}}',
+        '{"name": "respond", "arguments": {"message": "One moment \ud800"}}',
+        "respond(message='One moment \\U0000dc80')",
+    ],
+    ids=["json-escape", "python-escape", "raw-str", "openai-string", "raw-in-json", "U-escape"],
+)
+def test_lone_surrogates_in_an_action_become_replacement_characters(action: str) -> None:
+    """A lone surrogate (JSON's ``\\ud800`` decodes to one) is no text UTF-8 can hold:
+    each becomes U+FFFD where the env reads the action, so nothing the step returns is
+    invalid Unicode (the recorder's store write used to raise on it, an env_error)."""
+    env = gym.make("agentgym/Retail-v1")
+    env.reset(seed=0)
+    *_, info = env.step(action)
+    json.dumps(info, default=str, ensure_ascii=False).encode()  # no UnicodeEncodeError
+    assert info["tool_calls"][0]["arguments"] == {"message": _MOMENT}
+    assert env.unwrapped.action_history[-1].encode()  # type: ignore[attr-defined]
+
+
+def test_a_lone_surrogate_in_a_message_or_a_key_is_replaced() -> None:
+    env = gym.make("agentgym/Retail-v1")
+    env.reset(seed=0)
+    *_, info = env.step("One moment \ud800")
+    history = env.unwrapped.action_history  # type: ignore[attr-defined]
+    assert history[-1] == f"say {_MOMENT}" and not info["error"]
+    parser = env.unwrapped.parser  # type: ignore[attr-defined]
+    parsed = parser.parse('{"name": "respond", "arguments": {"message": "hi", "\\udc00": 1}}')
+    assert parsed.error_code == ErrorCode.BAD_ARGUMENTS
+    assert "\ufffd" in (parsed.error_message or "") and "\udc00" not in parsed.canonical
+    pair = parser.parse('{"name": "respond", "arguments": {"message": "\\ud83d\\ude00"}}')
+    assert pair.calls[0].arguments == {"message": "\U0001f600"}  # a valid pair is one char
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["b'x'", "{1, 2}", "1j", "...", "{(1, 2): 3}", "{1: 'a'}", "1e999"],
+)
+def test_arguments_must_be_json_data(value: str) -> None:
+    """Arguments are JSON data whatever the tool's schema allows: a Python literal of
+    another kind (bytes, a set, a complex number, Ellipsis, a key that is no string, a
+    number that is not finite) is a bad argument, never a value the store or a JSON
+    encoder cannot hold. A NUL in a string, which no command or path can hold (the
+    sandbox's ``run`` raised on it: an env error), becomes U+FFFD."""
+    from agentgym_envs.core import Tool
+
+    free = Tool("note", "Note anything.", {"type": "object", "properties": {"x": {}}})
+    parser = ActionParser(ToolSet([free]), accepts_messages=False)
+    parsed = parser.parse(f"note(x={value})")
+    assert parsed.error_code == ErrorCode.BAD_ARGUMENTS, parsed
+    assert "JSON" in (parsed.error_message or "") and parsed.blame is not None
+    assert parsed.blame.argument == "x"
+    nan = parser.parse('{"name": "note", "arguments": {"x": [NaN]}}')
+    assert nan.error_code == ErrorCode.BAD_ARGUMENTS and "finite" in (nan.error_message or "")
+    assert parser.parse("note(x=(1, [2, 'a'], {'k': None}))").calls[0].arguments == {
+        "x": [1, [2, "a"], {"k": None}]
+    }
+    nul = parser.parse(
+        '{"name": "note", "arguments": {"x": ["a\\u0000", {"k\\u0000": "\\u0000"}]}}'
+    )
+    assert nul.calls[0].arguments == {"x": ["a\ufffd", {"k\ufffd": "\ufffd"}]}

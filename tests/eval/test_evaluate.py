@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,94 @@ def test_eval_cli_writes_reports_and_replays(tmp_path: Path) -> None:
         assert store.count() == 4
         assert store.count(policy="oracle", success=True) == 2
     assert main(["eval", "--replay", str(out / "report.json"), "--out", str(tmp_path / "r")]) == 0
+
+
+# -- policy input is never an env error (issue 26) ---------------------------------------
+
+_TRANSFER = '{"name": "transfer_to_human_agents", "arguments": {"summary": "One moment %s"}}'
+_NATIVE = json.dumps(
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "%s",
+                "type": "function",
+                "function": {
+                    "name": "transfer_to_human_agents",
+                    "arguments": json.dumps({"summary": "One moment"}),
+                },
+            }
+        ],
+    }
+)
+
+
+class _Fixed:
+    """A policy that sends one fixed action every turn."""
+
+    name = "fixed"
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+
+    def reset(self, indices: object) -> None:
+        pass
+
+    def act(self, observations: list[str], infos: object, slots: object = None) -> list[str]:
+        return [self.action] * len(observations)
+
+
+def _played(action: str, store: Path, run_id: str, **env_kwargs: object) -> EpisodeResult:
+    """One Retail episode of ``action`` through the evaluator's default path (inline
+    slots, the recorder writing into ``store``)."""
+    from agentgym_envs.eval.evaluate import _close_stores, run_entry
+    from agentgym_envs.eval.runner import _Built
+    from agentgym_envs.eval.suite import Job, SuiteEntry
+
+    entry = SuiteEntry("retail", "Retail", difficulty=("easy",), env_kwargs=env_kwargs)
+    task = entry.task_ids(0)[0]
+    try:
+        (result,) = run_entry(
+            entry,
+            [Job("retail", task, 0, 7)],
+            "",
+            _Built(lambda envs: _Fixed(action)),
+            EvalConfig(batch=1, store=str(store), run_id=run_id),
+        )
+    finally:
+        _close_stores()
+    return result
+
+
+@pytest.mark.parametrize(
+    ("hostile", "clean", "env_kwargs"),
+    [
+        (_TRANSFER % "\\ud800", _TRANSFER % "?", {}),
+        (_TRANSFER % "\ud800", _TRANSFER % "?", {}),
+        (_NATIVE % "\\ud800", _NATIVE % "call_1", {"tool_mode": "native"}),
+        (_NATIVE % "<|im_end|>\\n", _NATIVE % "call_1", {"tool_mode": "native"}),
+    ],
+    ids=["json-escape", "raw-str", "native-id", "native-template-id"],
+)
+def test_a_surrogate_from_the_policy_is_its_failure_not_an_env_error(
+    tmp_path: Path, hostile: str, clean: str, env_kwargs: dict[str, object]
+) -> None:
+    """A wrong answer holding a lone surrogate is the policy's failure, as it is without
+    one: the recorder's store write raised on it, so the evaluator counted an invalid
+    ``env_error`` that left every success denominator."""
+    from agentgym_envs.eval.store import TrajectoryStore
+
+    store = tmp_path / "t.sqlite"
+    bad = _played(hostile, store, "hostile", **env_kwargs)
+    good = _played(clean, store, "clean", **env_kwargs)
+    assert bad.episode.outcome is Outcome.FAILURE and bad.episode.valid, bad.episode.error
+    for name in ("outcome", "valid", "steps", "reward", "milestones", "tool_calls"):
+        assert getattr(bad.episode, name) == getattr(good.episode, name), name
+    with TrajectoryStore(store) as opened:
+        assert opened.count(run_id="hostile", outcome="failure", valid=True) == 1
+        ((_, stored),) = opened.query(run_id="hostile")
+    said = [m for msg in stored.messages for m in msg.get("native_messages", ())]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", m.get("tool_call_id", "x")) for m in said)
+    report = result_metrics([bad])
+    assert report["env_errors"] == 0 and report["valid"] == 1

@@ -237,3 +237,41 @@ def test_traj_export_writes_every_format(
     assert main([*base, "--format", "hf", "--kind", "preferences", "--out", str(hf)]) == 0
     assert datasets.load_from_disk(str(hf)).num_rows == 2 * TASKS
     assert f"wrote {2 * TASKS} preferences rows" in capsys.readouterr().out
+
+
+_ESCAPES = (
+    "\x1b[2J\x1b[H",  # clear the screen, cursor home
+    "\x1b]0;pwned title\x07",  # set the window title
+    "\x1b]8;;https://evil.example\x1b\\click me\x1b]8;;\x1b\\",  # an OSC 8 hyperlink
+    "\x9b31m",  # a C1 CSI
+    "\x08\x7f\r",  # backspace, delete, carriage return
+)
+
+
+def test_traj_show_and_ls_print_no_terminal_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stored text (the agent's actions above all) reaches the terminal with every
+    control character but newline and tab shown as a visible escape, and rich markup
+    shown as written: an action cannot clear the screen, retitle the window or plant a
+    hyperlink."""
+    path = tmp_path / "t.sqlite"
+    hostile = "".join(_ESCAPES) + " [link=https://evil.example]x[/link] [bold]b[/bold]"
+    ep = episode(0, policy="p\x1b[2J[red]r[/red]", task_id="t\x1b]0;x\x07")
+    ep.messages[2]["content"] = hostile
+    ep.messages[2]["tool_calls"][0]["arguments"] = {"direction": hostile}
+    ep.messages[3]["content"] = "obs\x1b[31m red\ud800"
+    with TrajectoryStore(path) as store:
+        row_id = store.add(ep)
+    assert main(["traj", "show", str(path), str(row_id)]) == 0
+    out = capsys.readouterr().out
+    assert main(["traj", "ls", str(path)]) == 0
+    listed = capsys.readouterr().out
+    for text in (out, listed):
+        bad = sorted({hex(ord(c)) for c in text if ord(c) < 32 and c not in "\n\t"})
+        bad += sorted({hex(ord(c)) for c in text if 0x7F <= ord(c) < 0xA0})
+        assert not bad, bad
+        assert "[red]r[/red]" in text or "[red]r[/red]" in text.replace("\n", "")
+    assert "\\x1b[2J" in out and "\\x1b]0;pwned title\\x07" in out and "\\x9b31m" in out
+    assert "[link=https://evil.example]x[/link]" in out and "[bold]b[/bold]" in out
+    assert "obs\\x1b[31m red\ufffd" in out

@@ -357,6 +357,15 @@ def test_write_reports(report: dict[str, Any], written: dict[str, Path], tmp_pat
         write_reports({"config": {"when": object()}}, tmp_path / "bad")
 
 
+def test_a_lone_surrogate_in_a_report_is_written_as_a_replacement(tmp_path: Path) -> None:
+    """An episode's error text may quote its policy's text, lone surrogates included:
+    the report is still written (U+FFFD in their place), not lost at the end of a run."""
+    episode = {"policy": "p\ud800", "outcome": "env_error", "error": "bad \udcff"}
+    paths = write_reports({"schema": "agentgym-eval/1", "episodes": [episode]}, tmp_path)
+    written = json.loads(paths["json"].read_text(encoding="utf-8"))
+    assert written["episodes"] == [{**episode, "policy": "p\ufffd", "error": "bad \ufffd"}]
+
+
 @pytest.mark.browser
 @needs_browser
 def test_html_renders_in_chromium(written: dict[str, Path], tmp_path: Path) -> None:

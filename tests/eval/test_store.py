@@ -324,3 +324,25 @@ def test_bench_store_reports_its_measures() -> None:
     for key in ("add_ms_mean", "add_many_ms_per_episode", "bytes_per_episode"):
         assert result[key] > 0
     assert result["bytes_per_episode"] > 1000  # 20-step episodes with their messages
+
+
+def test_the_store_writes_whatever_text_a_step_returned(tmp_path: Path) -> None:
+    """Lone surrogates (invalid Unicode, e.g. from a policy's JSON ``\\ud800``), values
+    JSON has no form for and keys that are no strings are stored, never raised on: the
+    text's surrogates read back as U+FFFD, other values as their ``str``."""
+    lone = "One moment \ud800"
+    ep = episode(0, actions=[lone, "x\udcff"], canonical_actions=[lone], policy="p\ud800")
+    ep.messages[2] = {"role": "assistant", "content": lone, "tool_calls": [
+        {"name": "respond", "arguments": {"message": lone, "\udc80": b"\x00", "s": {1}}}
+    ]}  # fmt: skip
+    ep.extra = {"note": lone, (1, 2): 1j}
+    with TrajectoryStore(tmp_path / "t.sqlite") as store:
+        assert ep.dedup_key()
+        row_id = store.add(ep)
+        assert row_id is not None and store.add_many([episode(5, actions=[lone])])[0]
+        got = store.get(row_id)
+    assert got.actions == ["One moment \ufffd", "x\ufffd"] and got.policy == "p\ufffd"
+    call = got.messages[2]["tool_calls"][0]
+    assert call["arguments"] == {"message": "One moment \ufffd", "\ufffd": "b'\\x00'", "s": "{1}"}
+    assert got.extra == {"note": "One moment \ufffd", "(1, 2)": "1j"}
+    json.dumps(got.to_json(), ensure_ascii=False).encode()

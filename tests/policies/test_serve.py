@@ -182,7 +182,10 @@ def test_bad_content_lengths_are_answered_and_free_the_handler(
     served: tuple[ChatServer, str],
 ) -> None:
     server, url = served
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    )
     assert raw_request(server, head % -5).split()[1] == "400"
     server.socket_timeout_s = 0.5  # read by each new connection's handler
     try:

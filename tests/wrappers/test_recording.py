@@ -201,3 +201,21 @@ def test_an_episode_a_wrapper_cuts_is_recorded_as_a_timeout(store: TrajectorySto
     # written as such, not as the legacy "continue" that the store still reads
     row = sqlite3.connect(store.path).execute("SELECT outcome, truncation FROM episodes")
     assert row.fetchone() == ("timeout", "wrapper")
+
+
+def test_a_lone_surrogate_in_an_action_is_recorded_not_raised(
+    store: TrajectoryStore,
+) -> None:
+    """A policy's lone surrogate (a str action, or JSON's ``\\ud800``) is recorded with
+    U+FFFD in its place; the store write at the episode's end raised on it (an
+    ``env_error`` in the evaluator)."""
+    env = RecordingWrapper(gym.make("agentgym/Retail-v1", max_steps=2), store, policy="p")
+    for action in ("One moment \ud800", '{"name": "respond", "arguments": {"message": '
+                   '"One moment \\ud800"}}'):  # fmt: skip
+        env.reset(seed=0)
+        env.step(action)
+        *_, truncated, info = env.step(action)
+        assert truncated and info["outcome"] is Outcome.TIMEOUT
+        assert env.last_episode is not None and env.last_episode.valid
+        assert "\ufffd" in env.last_episode.actions[0] + str(env.last_episode.messages)
+    assert store.count() == 2
