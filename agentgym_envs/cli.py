@@ -17,6 +17,7 @@ from rich.table import Table
 
 from agentgym_envs.console import console, progress_bar
 from agentgym_envs.core.errors import AgentGymError, ConfigError
+from agentgym_envs.integrations.extras import optional_imports
 from agentgym_envs.registration import EnvEntry, all_entries, env_class, find, plugin_of
 
 
@@ -655,7 +656,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not getattr(args, "unavailable", False):  # as parse_args does
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        code: int = args.func(args)
+        with optional_imports(f"`agentgym {args.command}`"):  # an extra not installed
+            code: int = args.func(args)
         return code
     except AgentGymError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")  # text, not markup

@@ -311,7 +311,11 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a training run needs; ``agentgym train --help`` lists it."""
+    """Train an LLM policy on an agentgym env: GRPO, RLOO, REINFORCE or PPO from the env's
+    own rewards, after an optional SFT warm start on the oracle's episodes (or SFT alone).
+    Each step plays a batch of episodes with the current policy and updates it on them;
+    run_dir gets metrics.jsonl, curves.png, checkpoints and the held-out evaluations. The
+    options below are this config's fields, grouped by section."""
 
     algo: Algo = "grpo"
     """grpo, rloo, reinforce, ppo (value head + GAE), or sft (oracle imitation only)."""

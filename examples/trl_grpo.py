@@ -27,6 +27,16 @@ from agentgym_envs.integrations.trl import (
 from agentgym_envs.llm.models import load_model
 
 
+def device_settings() -> dict[str, Any]:
+    """TRL assumes a GPU with bf16; this picks what the machine has: the CPU in float32
+    when there is no CUDA device, bf16 only on a GPU that supports it."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {"bf16": torch.cuda.is_bf16_supported()}
+    return {"use_cpu": True, "bf16": False}
+
+
 def build_trainer(
     model: str,
     env_id: str = "agentgym/FrozenLake-v0",
@@ -44,7 +54,8 @@ def build_trainer(
         mode: ``environment_factory`` (native tool calls) or ``rollout_func`` (text).
         output_dir: Where TRL writes checkpoints and logs.
         tasks: How many train tasks the dataset holds.
-        **config: More ``GRPOConfig`` fields (they override the defaults below).
+        **config: More ``GRPOConfig`` fields (they override the defaults below and the
+            device that ``device_settings`` picks).
     """
     if not (Path(model) / "config.json").exists():  # an agentgym spec: save it for TRL
         hf_model, tokenizer = load_model(model)
@@ -60,6 +71,7 @@ def build_trainer(
         "logging_steps": 1,
         "report_to": "none",
         "save_strategy": "no",
+        **device_settings(),
         **config,
     }
     if mode == "environment_factory":

@@ -434,13 +434,14 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         turn = Turn()
         if parsed.error_code is not None:
             turn.error = parsed.error_info(self._hint(parsed))
+            turn.error["code"] = str(parsed.error_code)  # plain str, as families' own codes
             turn.errors = 1
             return turn
         if parsed.message is not None:
             reply = self.on_message(parsed.message)
             turn.results.append(reply)
             if reply.error_code is not None:
-                turn.error = {"code": reply.error_code, "message": reply.text}
+                turn.error = {"code": str(reply.error_code), "message": reply.text}
                 turn.errors = 1
             return turn
         for i, call in enumerate(parsed.calls):
@@ -458,7 +459,7 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
                 if result is not None:
                     turn.results.append(result)
                     if result.error_code is not None:
-                        turn.error = {"code": result.error_code, "message": result.text}
+                        turn.error = {"code": str(result.error_code), "message": result.text}
                         turn.errors += record.status is ToolStatus.BLOCKED
             if (native := self._native) is not None:
                 native.answer(i, record.result, record.status)
@@ -704,9 +705,13 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         return "\n\n".join(parts)
 
     def _hint(self, parsed: ParsedAction) -> str:
+        """The parser's error, with the example action where the agent did not call a tool
+        yet; bad arguments of a known tool name that tool's signature instead, and an
+        example of another tool would only mislead."""
         message = parsed.error_message or "invalid action"
-        if self.example_action:
-            message += f". Example of a valid action: {self._example()}"
+        if self.example_action and parsed.error_code != ErrorCode.BAD_ARGUMENTS:
+            end = " " if message.endswith((".", "!", "?")) else ". "
+            message += f"{end}Example of a valid action: {self._example()}"
         return message
 
     def _info(

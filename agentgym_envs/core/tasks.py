@@ -127,12 +127,24 @@ class TaskSet:
         """
         task = self._by_id.get(task_id)
         if task is None:
+            like = self._like(task_id)
+            hint = did_you_mean(task_id, [t.id for t in like]) or did_you_mean(task_id, self._by_id)
             raise TaskNotFoundError(
-                f"no task {task_id!r} in task set {self.name!r}."
-                f"{did_you_mean(task_id, self._by_id)}"
-                f" Ids look like {self.tasks[0].id!r}; `agentgym list` shows the counts."
+                f"no task {task_id!r} in task set {self.name!r}.{hint}"
+                f" Ids look like {like[0].id!r}; `agentgym list` shows the counts."
             )
         return task
+
+    def _like(self, task_id: str) -> tuple[Task, ...]:
+        """The tasks of the split (and difficulty) that ``task_id`` names, or all of them:
+        a wrong test id is matched with test ids first, since a train id a few characters
+        off would have a user evaluate on a training task."""
+        words = task_id.lower().split("-")
+        for split in self.splits:
+            if split in words:
+                same = [t for t in self.tasks if t.split == split]
+                return tuple([t for t in same if t.difficulty in words] or same)
+        return self.tasks
 
     def pool(self, split: str, difficulty: str | None = None) -> tuple[Task, ...]:
         """Tasks of a split, optionally of one difficulty, in file order.

@@ -7,7 +7,9 @@ remote environments. The server speaks its API unchanged:
 * a WebSocket session at ``/ws`` (what OpenEnv's ``EnvClient`` uses): ``reset``, ``step``,
   ``state`` and ``close`` messages; every session gets its own env instance, made with
   ``gym.make`` in the session's own thread, and closed when the session ends, whether the
-  client says ``close``, disconnects or is killed (or, with ``session_timeout_s``, idles);
+  client says ``close``, disconnects or is killed, or the session expires (unused for a
+  minute or idle for 15, by default; see :mod:`.openenv_sessions` for who gets a session
+  and when it expires);
 * HTTP ``POST /reset``, ``POST /step``, ``GET /state``, ``/schema``, ``/metadata`` and
   ``/health``. OpenEnv's HTTP ``reset`` and ``step`` are stateless (each request gets a
   fresh env), so an episode is played over the WebSocket.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -32,30 +35,48 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
-from pydantic import Field
 
 from agentgym_envs.core.errors import AgentGymError, ClosedError, ResetNeeded
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.spaces import TextSpace
+from agentgym_envs.core.unicode import valid_text
 from agentgym_envs.integrations.extras import jsonable, require
 from agentgym_envs.registration import env_class, find
 
 _WHAT = "the OpenEnv adapter (agentgym_envs.integrations.openenv)"
-require("openenv.core", "openenv-core", "openenv", _WHAT)
+# openenv.core's __init__ imports every server module, its Gradio web UI included when
+# gradio is installed: seconds of imports (20 s and more on a busy machine) that neither
+# this client nor this server uses. Upstream imports the UI in a try (a missing gradio is
+# its supported case), so gradio is hidden while openenv.core loads and visible again
+# right after; openenv's own create_app still imports its web UI when asked for it.
+_HIDE_GRADIO = "gradio" not in sys.modules and "openenv.core" not in sys.modules
+if _HIDE_GRADIO:
+    sys.modules["gradio"] = None  # type: ignore[assignment]  # import gradio: not found
+try:
+    require("openenv.core", "openenv-core", "openenv", _WHAT)
+finally:
+    if _HIDE_GRADIO:
+        sys.modules.pop("gradio", None)
 require("uvicorn", "openenv-core", "openenv", _WHAT)
 
 import uvicorn  # noqa: E402
-from openenv.core import EnvClient  # noqa: E402
 from openenv.core.client_types import StepResult  # noqa: E402
-from openenv.core.env_server import (  # noqa: E402
+from openenv.core.env_client import EnvClient  # noqa: E402
+from openenv.core.env_server.interfaces import Environment  # noqa: E402
+from openenv.core.env_server.types import (  # noqa: E402
     Action,
-    ConcurrencyConfig,
-    Environment,
+    EnvironmentMetadata,
     Observation,
     State,
-    create_fastapi_app,
 )
-from openenv.core.env_server.types import EnvironmentMetadata  # noqa: E402
+from pydantic import Field, field_validator  # noqa: E402  (a dependency of openenv-core)
+
+from agentgym_envs.integrations.openenv_sessions import (  # noqa: E402
+    EXPIRED,
+    AgentGymEnvServer,
+    CallerMiddleware,
+    SessionLimits,
+)
 
 __all__ = [
     "AgentGymAction",
@@ -66,6 +87,7 @@ __all__ = [
     "OpenEnvServer",
     "RemoteEnvError",
     "SessionEnvironment",
+    "SessionLimits",
     "create_openenv_app",
     "serve",
 ]
@@ -85,6 +107,17 @@ class AgentGymAction(Action):  # type: ignore[misc]  # openenv-core is untyped
         description="the model's raw output: a tool call in any form the env parses (JSON "
         "object, OpenAI tool_call, Hermes <tool_call>, name(arg=...)) or a message to the user"
     )
+
+    @field_validator("text", mode="before")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        """A policy's text with lone surrogates (JSON's ``\\ud800`` escape decodes to one)
+        is the policy's to lose, never an error of the client or the server: each becomes
+        U+FFFD, the env's own rule (``core.unicode``); bytes are read as UTF-8 with U+FFFD
+        for what does not decode, as ``env.step`` reads them."""
+        if isinstance(value, bytes | bytearray):
+            value = bytes(value).decode("utf-8", errors="replace")
+        return valid_text(value) if isinstance(value, str) else value
 
 
 class AgentGymObservation(Observation):  # type: ignore[misc]
@@ -142,6 +175,8 @@ class SessionEnvironment(
         self._make_kwargs = dict(make_kwargs or {})
         self.env: gym.Env[str, str] | None = None
         self.closed = False
+        self.closed_because: str | None = None
+        """Why the server closed this session's env (set when the session expired)."""
         self._started = False  # a reset succeeded
         self._state = AgentGymState(
             env_id=self.env_id,
@@ -212,9 +247,9 @@ class SessionEnvironment(
 
     def _check_open(self) -> None:
         if self.closed:
+            why = self.closed_because or "the session ended or the server is shutting down"
             raise ClosedError(
-                f"this {self.env_id} session's env is closed (the session idled past the "
-                "server's session timeout, or the server is shutting down); open a new session"
+                f"this {self.env_id} session's env is closed ({why}); open a new session"
             )
 
     @property
@@ -242,8 +277,7 @@ def create_openenv_app(
     env_id: str,
     *,
     make_kwargs: Mapping[str, Any] | None = None,
-    max_sessions: int = 8,
-    session_timeout_s: float | None = None,
+    limits: SessionLimits | None = None,
     tracker: weakref.WeakSet[SessionEnvironment] | None = None,
 ) -> Any:
     """The FastAPI app of an OpenEnv server for ``env_id`` (serve it with any ASGI server).
@@ -251,20 +285,23 @@ def create_openenv_app(
     Args:
         env_id: a registered env id or name.
         make_kwargs: keyword arguments for ``gym.make`` in every session.
-        max_sessions: the most concurrent WebSocket sessions (each holds one env).
-        session_timeout_s: close a session idle this long; None keeps it until it ends.
+        limits: how many sessions, to whom, for how long (default ``SessionLimits()``).
         tracker: a set that every env the app makes is added to.
 
     Returns:
         A ``fastapi.FastAPI`` app.
     """
-    find(env_id)  # an unknown id fails here, with a did-you-mean, not in the first session
+    from fastapi import FastAPI
+
+    entry = find(env_id)  # an unknown id fails here, with a did-you-mean, not in a session
     factory = functools.partial(SessionEnvironment, env_id, make_kwargs, tracker)
-    config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout_s)
-    app = create_fastapi_app(
-        factory, AgentGymAction, AgentGymObservation, concurrency_config=config
+    server = AgentGymEnvServer(
+        factory, AgentGymAction, AgentGymObservation, limits or SessionLimits()
     )
+    app = FastAPI(title=f"{entry.id} over OpenEnv", description=entry.description)
+    server.register_routes(app)
     app.add_middleware(_QuietDisconnect)
+    app.add_middleware(CallerMiddleware)
     return app
 
 
@@ -345,29 +382,45 @@ def serve(
     port: int = 8000,
     make_kwargs: Mapping[str, Any] | None = None,
     max_sessions: int = 8,
-    session_timeout_s: float | None = None,
+    unused_timeout_s: float | None = 60.0,
+    idle_timeout_s: float | None = 900.0,
+    max_mcp_sessions: int = 0,
+    max_sessions_per_client: int | None = None,
 ) -> OpenEnvServer:
     """Serve ``env_id`` as an OpenEnv environment in a background thread.
+
+    The session arguments are those of :class:`SessionLimits` (the module
+    :mod:`.openenv_sessions` explains the rules).
 
     Args:
         env_id: a registered env id or name.
         host: address to bind.
         port: port to bind; 0 picks a free one (read it from ``server.url``).
         make_kwargs: keyword arguments for ``gym.make`` in every session.
-        max_sessions: the most concurrent WebSocket sessions.
-        session_timeout_s: close a session idle this long; None keeps it until it ends.
+        max_sessions: the most concurrent sessions (each holds one env).
+        unused_timeout_s: a session with no reset or step this long after it opened
+            expires (None: never).
+        idle_timeout_s: a session whose last reset or step is this old expires (None:
+            never).
+        max_mcp_sessions: the most sessions made by HTTP ``POST /mcp`` (held by no
+            connection; refused by default), below ``max_sessions``.
+        max_sessions_per_client: the most sessions one peer address holds (None: no cap).
 
     Returns:
         The running :class:`OpenEnvServer`; call ``close()`` (or use ``with``) to stop it.
+
+    Raises:
+        ConfigError: a limit is out of range.
     """
-    tracker: weakref.WeakSet[SessionEnvironment] = weakref.WeakSet()
-    app = create_openenv_app(
-        env_id,
-        make_kwargs=make_kwargs,
+    limits = SessionLimits(
         max_sessions=max_sessions,
-        session_timeout_s=session_timeout_s,
-        tracker=tracker,
+        unused_timeout_s=unused_timeout_s,
+        idle_timeout_s=idle_timeout_s,
+        max_mcp_sessions=max_mcp_sessions,
+        max_sessions_per_client=max_sessions_per_client,
     )
+    tracker: weakref.WeakSet[SessionEnvironment] = weakref.WeakSet()
+    app = create_openenv_app(env_id, make_kwargs=make_kwargs, limits=limits, tracker=tracker)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -417,7 +470,9 @@ class OpenEnvGymEnv(gym.Env[str, str]):
 
     ``reset(seed=, options=)`` and ``step(text)`` behave as the served env's, with ``info``
     as JSON (``info["outcome"]`` is an :class:`Outcome` again). Closing it ends the
-    session, which closes the env on the server.
+    session, which closes the env on the server. A session the server expired (unused or
+    idle past its timeouts) is replaced by a new one on the next ``reset``; a ``step`` in
+    it raises :class:`RemoteEnvError`.
 
     Args:
         base_url: the server's URL, ``http://host:port`` or ``ws://host:port``.
@@ -464,7 +519,14 @@ class OpenEnvGymEnv(gym.Env[str, str]):
             payload["seed"] = seed
         if options is not None:
             payload["options"] = options
-        result = self._call("reset", **payload)
+        try:
+            result = self._call("reset", **payload)
+        except RemoteEnvError as exc:
+            if EXPIRED not in str(exc):
+                raise
+            self._client.disconnect()  # the server expired the session: open a new one
+            self._client.connect()
+            result = self._call("reset", **payload)
         return result.observation.text, _info(result.observation.info)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -27,8 +27,10 @@ def add_parser(sub: Any) -> None:
         "serve",
         help="serve an env as an OpenEnv environment server",
         description="Serve ENV until SIGINT or SIGTERM: WebSocket sessions at /ws (one env "
-        "per session, closed when the session ends), HTTP /reset /step /state /schema "
-        "/metadata /health. Needs the openenv extra: pip install 'agentgym-envs[openenv]'.",
+        "per session, closed when the session ends or expires), HTTP /reset /step /state "
+        "/schema /metadata /health. Sessions made over HTTP POST /mcp (held by no "
+        "connection) are refused unless --max-mcp-sessions allows some. Needs the openenv "
+        "extra: pip install 'agentgym-envs[openenv]'.",
     )
     s.add_argument("env", help="env id or name, e.g. Sokoban or agentgym/Retail-v1")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -40,10 +42,38 @@ def add_parser(sub: Any) -> None:
         help="most concurrent sessions, each with its own env (default 8)",
     )
     s.add_argument(
+        "--unused-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="close a session with no reset or step this long after it opened, freeing "
+        "its slot (default 60; 'never' turns it off)",
+    )
+    s.add_argument(
+        "--idle-timeout",
         "--session-timeout",
-        type=float,
+        dest="idle_timeout",
+        type=_seconds,
+        default=900.0,
+        metavar="SECONDS",
+        help="close a session whose last reset or step is this old (default 900; "
+        "'never' turns it off; --session-timeout is its old name)",
+    )
+    s.add_argument(
+        "--max-mcp-sessions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="allow N sessions made by HTTP POST /mcp openenv/session/create, which no "
+        "connection holds (default 0: refused; must be below --max-sessions)",
+    )
+    s.add_argument(
+        "--max-sessions-per-client",
+        type=int,
         default=None,
-        help="close a session idle this many seconds (default: never)",
+        metavar="N",
+        help="most sessions one client address holds (default: no cap; all loopback "
+        "clients share one address)",
     )
     s.add_argument(
         "--env-kwargs",
@@ -51,6 +81,18 @@ def add_parser(sub: Any) -> None:
         help="gym.make keyword arguments as a JSON object, e.g. '{\"max_steps\": 30}'",
     )
     s.set_defaults(func=cmd_serve)
+
+
+def _seconds(text: str) -> float | None:
+    """A timeout on the command line: seconds, or ``never`` (None)."""
+    if text.strip().lower() == "never":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds or 'never', got {text!r}"
+        ) from None
 
 
 def _env_kwargs(text: str | None) -> dict[str, Any]:
@@ -75,15 +117,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agentgym_envs.integrations.openenv import serve
 
     console = Console()
-    if args.max_sessions < 1:
-        raise ConfigError(f"--max-sessions must be >= 1, got {args.max_sessions}")
     server = serve(
         args.env,
         host=args.host,
         port=args.port,
         make_kwargs=_env_kwargs(args.env_kwargs),
         max_sessions=args.max_sessions,
-        session_timeout_s=args.session_timeout,
+        unused_timeout_s=args.unused_timeout,
+        idle_timeout_s=args.idle_timeout,
+        max_mcp_sessions=args.max_mcp_sessions,
+        max_sessions_per_client=args.max_sessions_per_client,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,6 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 
 from agentgym_envs.core.errors import ConfigError, did_you_mean
+from agentgym_envs.integrations.extras import optional_imports
 
 
 @runtime_checkable
@@ -64,6 +65,7 @@ def make_policy(
     Raises:
         ConfigError: unknown spec (with the closest match and the accepted forms), or
             options given to a scripted policy.
+        MissingExtraError: an ``hf:`` policy without the train extra (torch, transformers).
     """
     from agentgym_envs.policies.reference import NoopPolicy, OraclePolicy, RandomPolicy
 
@@ -79,7 +81,8 @@ def make_policy(
     if spec == "noop":
         return NoopPolicy(envs)
     if spec.startswith("hf:") and len(spec) > 3:
-        from agentgym_envs.policies.hf import HFPolicy  # torch loads only here
+        with optional_imports(f"the {spec!r} policy"):  # torch loads only here
+            from agentgym_envs.policies.hf import HFPolicy
 
         options = _alias(options, "max_tokens", "max_new_tokens")
         _check_options(HFPolicy, options)

@@ -22,7 +22,8 @@ def add_parser(sub: Any) -> None:
         help="play hostile policies that try to score without solving the task",
         description="Plays every attack of the chosen families through env.step (and, with "
         "--evaluator or where the attack asks, through the evaluator's recording, store and "
-        "report) and reports, per family, attacks tried, contained and got through. Exits 1 "
+        "report; with --openenv or where the attack asks, over a local OpenEnv server) and "
+        "reports, per family, attacks tried, contained and got through. Exits 1 "
         "if any got through.",
     )
     p.add_argument(
@@ -38,6 +39,13 @@ def add_parser(sub: Any) -> None:
         "store, export, report, traj show), where an env_error is a breach; the attacks "
         "on the text a policy sends always are",
     )
+    p.add_argument(
+        "--openenv",
+        action="store_true",
+        help="also play every attack over a local OpenEnv server (agentgym openenv serve on "
+        "127.0.0.1), where a server error or an env_error is a breach; the attacks on the "
+        "text a policy sends always are (needs the openenv extra)",
+    )
     p.set_defaults(func=cmd_redteam)
 
 
@@ -50,7 +58,11 @@ def cmd_redteam(args: argparse.Namespace) -> int:
         return 0
     results: list[AttackResult] = []
     for attack in attacks:
-        result = run_attack(attack, evaluator=True if args.evaluator else None)
+        result = run_attack(
+            attack,
+            evaluator=True if args.evaluator else None,
+            openenv=True if args.openenv else None,
+        )
         results.append(result)
         if not args.json:
             mark = "[green]contained[/]" if result.contained else "[red]GOT THROUGH[/]"

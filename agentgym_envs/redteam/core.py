@@ -75,6 +75,9 @@ class Attack:
             the recorder, the store, the export, the report, ``traj show``), where a
             policy's input that ends as ``env_error``, or anything that raises, is a
             breach. ``run_attack(evaluator=True)`` does it for any attack.
+        openenv: also play it over a local OpenEnv server (``redteam.over_openenv``),
+            where a server error or an ``env_error`` is a breach.
+            ``run_attack(openenv=True)`` does it for any attack.
     """
 
     name: str
@@ -92,6 +95,7 @@ class Attack:
     step_limit_s: float = 60.0
     may_solve: bool = False
     evaluator: bool = False
+    openenv: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,10 +170,13 @@ def _verdict(attack: Attack, trace: AttackTrace) -> str | None:
     return attack.breach(trace) if attack.breach is not None else None
 
 
-def run_attack(attack: Attack, *, evaluator: bool | None = None) -> AttackResult:
+def run_attack(
+    attack: Attack, *, evaluator: bool | None = None, openenv: bool | None = None
+) -> AttackResult:
     """Play ``attack`` through the real env and judge whether it was contained; then,
     if it was and ``evaluator`` says so (None: where ``attack.evaluator`` does), play
-    it again through the evaluator's path (``redteam.evaluator``) and judge that."""
+    it again through the evaluator's path (``redteam.evaluator``) and judge that; then
+    likewise over a local OpenEnv server (``openenv``, ``redteam.over_openenv``)."""
     import gymnasium as gym
 
     import agentgym_envs  # noqa: F401  (registers the envs)
@@ -186,6 +193,10 @@ def run_attack(attack: Attack, *, evaluator: bool | None = None) -> AttackResult
         from agentgym_envs.redteam.evaluator import evaluator_verdict
 
         reason = evaluator_verdict(attack)
+    if reason is None and (attack.openenv if openenv is None else openenv):
+        from agentgym_envs.redteam.over_openenv import openenv_verdict
+
+        reason = openenv_verdict(attack)
     return AttackResult(
         name=attack.name,
         family=attack.family,

@@ -19,7 +19,8 @@ escapes) back into the chat. Each family aims these attacks at one of its envs, 
   whose content is a lone surrogate.
 
 Every one is played through ``env.step`` and through the evaluator's path
-(``evaluator=True``, see ``redteam.evaluator``). Besides the runner's checks it got
+(``evaluator=True``, see ``redteam.evaluator``); the first two also over a local OpenEnv
+server (``openenv=True``, see ``redteam.over_openenv``). Besides the runner's checks it got
 through (:func:`text_breach`) if a step's observation or ``info`` holds text UTF-8
 cannot encode, if a native message answers under an id that is not a safe token, or if
 the episode ends as ``env_error``.
@@ -109,12 +110,14 @@ def text_attacks(family: str, target: TextTarget) -> list[Attack]:
             name=f"{family}/text-surrogates-{short}",
             hole="invalid_unicode",
             script=scripted(*_surrogates(target), *end),
+            openenv=True,
             **common,
         ),
         Attack(
             name=f"{family}/text-huge-{short}",
             hole="invalid_unicode",
             script=scripted(*_huge(target), *end),
+            openenv=True,
             **common,
         ),
         Attack(

@@ -38,9 +38,18 @@ VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 _SYSTEM = ("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")
 
 
+_INSTALL = (
+    "install RepoFix's extra: pip install 'agentgym-envs[sandbox]' (from a source checkout: "
+    "pip install -e '.[sandbox]')"
+)
+
+
 def _distributions(root: str = "pytest") -> list[metadata.Distribution]:
     """``root`` and every distribution it requires on this Python, in a stable order."""
-    from packaging.requirements import Requirement  # pytest's own dependency
+    try:  # declared by the sandbox extra (pytest requires it too): PEP 508 markers
+        from packaging.requirements import Requirement
+    except ImportError as exc:
+        raise ConfigError(f"the sandbox runtime needs 'packaging' ({exc}); {_INSTALL}") from exc
 
     seen: dict[str, metadata.Distribution] = {}
     todo = [root]
@@ -53,8 +62,7 @@ def _distributions(root: str = "pytest") -> list[metadata.Distribution]:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError as exc:
             raise ConfigError(
-                f"the sandbox runtime needs {name!r}, which is not installed; install "
-                "agentgym-envs with its dev extra (pip install 'agentgym-envs[dev]')"
+                f"the sandbox runtime needs {name!r}, which is not installed; {_INSTALL}"
             ) from exc
         seen[key] = dist
         for text in dist.requires or ():
@@ -82,8 +90,8 @@ def _fill(target: Path, home: str, python: str) -> None:
             dest = site / file
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, dest)
-    for module, source in _OWN_MODULES.items():
-        shutil.copyfile(Path(__file__).with_name(source), site / f"{module}.py")
+    for module, own in _OWN_MODULES.items():
+        shutil.copyfile(Path(__file__).with_name(own), site / f"{module}.py")
     for folder, _, files in os.walk(target):
         os.chmod(folder, 0o755)  # readable by the sandbox's unprivileged user
         for name in files:

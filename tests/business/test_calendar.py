@@ -673,3 +673,14 @@ def test_renamed_tools_work_in_ood(env) -> None:
 def test_gymnasium_check_env_and_stdlib_calendar() -> None:
     check_env(CalendarEnv(split="test"), skip_render_check=True)
     assert stdlib_calendar.monthrange(2025, 6) == (6, 30)  # the module name shadows nothing
+
+
+def test_a_bad_list_events_date_shows_list_events_not_another_tools_example() -> None:
+    env = CalendarEnv()
+    env.reset(seed=0)
+    _, _, _, _, info = env.step('list_events(user_id="u1", date="tomorrow")')
+    message = info["error"]["message"]
+    assert info["error"]["code"] == "bad_arguments"
+    assert "use list_events(user_id, date)" in message
+    assert "find_user_id_by_email" not in message
+    env.close()

@@ -251,3 +251,37 @@ def test_sanitize_escapes_every_character_outside_the_charset() -> None:
         out = sanitize(chr(code), 64)
         assert space.contains(out), hex(code)
     assert sanitize("a\xadb\u2028", 64) == "a\\u00adb\\u2028"
+
+
+def test_an_argument_error_names_the_tool_called_not_an_example_of_another() -> None:
+    env = CounterEnv()
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("peek(n=1)")  # peek takes no arguments
+    message = info["error"]["message"]
+    assert info["error"]["code"] == "bad_arguments" and "peek()" in message
+    assert "add(n=1)" not in message  # the example action is another tool's
+    _, _, _, _, info = env.step("ad(n=1)")  # not calling a tool yet: the example helps
+    assert "Example of a valid action: add(n=1)" in info["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("gate_mode", "action", "code"),
+    [
+        ("stop", "add(n=", "parse_error"),  # the parser's ErrorCode
+        ("stop", "nope()", "unknown_tool"),
+        ("block", "add(n=13)", "blocked"),  # a gate's refusal
+        ("stop", "fail()", "no_such_thing"),  # a tool's own code
+    ],
+)
+def test_the_error_code_is_always_a_plain_string(gate_mode: str, action: str, code: str) -> None:
+    env = CounterEnv(gate_mode=gate_mode)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(action)
+    assert type(info["error"]["code"]) is str and info["error"]["code"] == code
+
+
+def test_the_example_follows_a_full_stop_without_doubling_it(env) -> None:
+    _, _, _, _, info = env.step("x" * (env.parser.max_chars + 1))
+    message = info["error"]["message"]
+    assert "Send one short tool call. Example of a valid action: add(n=1)" in message
+    assert ".." not in message

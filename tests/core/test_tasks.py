@@ -158,3 +158,17 @@ def test_grow_split_names_the_fix_when_it_cannot_grow() -> None:
         grow_split(FrozenLakeEnv, shipped, "train", "trivial", 500)
     with pytest.raises(ConfigError, match="ask for fewer"):
         grow_split(FrozenLakeEnv, shipped, "train", "easy", 10**6, max_tries=0)
+
+
+def test_a_missing_id_is_matched_within_its_own_split_first() -> None:
+    tasks = load_task_set("games/sokoban.jsonl")
+    assert tasks.get("sokoban-easy-train-3").split == "train"  # fewer edits away than any test id
+    with pytest.raises(TaskNotFoundError) as raised:
+        tasks.get("sokoban-easy-test-3")
+    message = str(raised.value)
+    suggested = tasks.get(message.split("Did you mean '")[1].split("'")[0])
+    example = tasks.get(message.split("Ids look like '")[1].split("'")[0])
+    for task in (suggested, example):
+        assert (task.split, task.difficulty) == ("test", "easy"), message
+    with pytest.raises(TaskNotFoundError, match="Ids look like 'sokoban-hard-ood-"):
+        tasks.get("sokoban-hard-ood-x")

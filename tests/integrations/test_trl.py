@@ -322,6 +322,28 @@ def test_two_grpo_steps_log_the_env_reward(
         trainer.rollout_func.close()
 
 
+# -- the example, as the docs run it ------------------------------------------------------
+
+
+def test_the_example_runs_on_a_cpu_machine_as_the_docs_show_it(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    """The docs' command line, with no device flag: the example picks the CPU itself (TRL's
+    default, bf16 on a GPU, refuses a machine without one). The tiny model stands in for
+    SmolLM2 and one step for a hundred; everything else is the docs' command."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(EXAMPLE), "--model", str(tiny_dir)]
+    command += ["--env", "agentgym/FrozenLake-v0", "--max-steps", "1"]
+    environ = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # a CPU machine, even on a GPU host
+    run = subprocess.run(
+        command, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+
+
 # -- docs -----------------------------------------------------------------------------------
 
 

@@ -166,3 +166,15 @@ def test_the_command_line_stays_flat() -> None:
     assert (cfg.sft.steps, cfg.eval.episodes, cfg.policy.model, cfg.run.resume) == (
         2, 5, "tiny", True,
     )  # fmt: skip
+
+
+def test_train_help_describes_the_command() -> None:
+    """The description of ``agentgym train --help`` (TrainConfig's docstring) says what
+    the command does, not that ``--help`` lists the options it is printed above."""
+    from agentgym_envs.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    description = sub.choices["train"].description or ""
+    assert "--help" not in description
+    for word in ("GRPO", "PPO", "SFT", "episodes", "run_dir"):
+        assert word in description, word
