@@ -42,3 +42,20 @@ def test_the_remote_action_takes_any_text_a_policy_sends() -> None:
     assert AgentGymAction(text=b"ok \xff").text == "ok \ufffd"
     assert AgentGymAction(text="one moment \ud800").text == "one moment \ufffd"
     assert AgentGymAction(text="plain").text == "plain"
+
+
+def test_cli_plays_every_attack_over_openenv_with_the_flag(monkeypatch) -> None:
+    import agentgym_envs.redteam.cli as cli
+    import agentgym_envs.redteam.over_openenv as over
+    from agentgym_envs.cli import main
+    from agentgym_envs.redteam import Attack, scripted
+
+    plain = Attack(
+        name="games/plain", family="games", hole="h", script=scripted("move(direction='up')"),
+        env_id="agentgym/Sokoban-v0", max_steps=1,
+    )  # fmt: skip
+    played: list[str] = []
+    monkeypatch.setattr(cli, "attacks_for", lambda family: [plain])
+    monkeypatch.setattr(over, "openenv_verdict", lambda a: played.append(a.name) or "breach")
+    assert main(["redteam", "--family", "games"]) == 0 and played == []
+    assert main(["redteam", "--family", "games", "--openenv"]) == 1 and played == ["games/plain"]
