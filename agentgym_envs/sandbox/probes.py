@@ -122,7 +122,10 @@ def same(expected: Any, observed: Any) -> bool:
     if isinstance(expected, int | float) and isinstance(observed, int | float):
         if isinstance(expected, int) and isinstance(observed, int):
             return expected == observed
-        return math.isclose(expected, observed, rel_tol=1e-9, abs_tol=1e-12)
+        try:  # an int too large for a float is no float's match
+            return math.isclose(expected, observed, rel_tol=1e-9, abs_tol=1e-12)
+        except OverflowError:
+            return False
     if isinstance(expected, list):
         return (
             isinstance(observed, list)
@@ -152,10 +155,15 @@ def same(expected: Any, observed: Any) -> bool:
 
 def _agrees(probe: Probe, observed: Any) -> bool:
     """Every part of the expectation is observed the same (parts the expectation leaves
-    out, such as a message no test reads, are not compared)."""
-    return isinstance(observed, dict) and all(
-        key in observed and same(value, observed[key]) for key, value in probe.expected.items()
-    )
+    out, such as a message no test reads, are not compared). ``observed`` was written by
+    hostile code: whatever comparing it raises is a mismatch, never an error of the env."""
+    try:
+        return isinstance(observed, dict) and all(
+            key in observed and same(value, observed[key])
+            for key, value in probe.expected.items()
+        )
+    except (ArithmeticError, ValueError, TypeError, RecursionError):
+        return False
 
 
 _UNORDERED = frozenset({"$dict", "$counter", "$defaultdict"})
@@ -176,6 +184,18 @@ def compare(probes: Sequence[Probe], observed: Sequence[Any] | str) -> Compariso
         i for i, (p, o) in enumerate(zip(probes, observed, strict=True)) if not _agrees(p, o)
     )
     return Comparison(len(probes), len(probes) - len(differing), differing)
+
+
+def failing_tests(known: Sequence[str], probe_set: ProbeSet, data: Comparison) -> str:
+    """The ``known`` hidden tests whose calls the data found wrong, for a policy to read:
+    judged here alone (the candidate's own test run is hostile code's to write, so a test
+    it reports is never named)."""
+    if data.problem is not None:
+        return "all"
+    hidden = probe_set.suite("hidden")
+    named = {hidden[i].test for i in data.differing}
+    found = [t for t in known if t in named]
+    return ", ".join(found[:10]) or "none by their calls (the test run failed)"
 
 
 def replay(

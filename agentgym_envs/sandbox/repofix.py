@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -63,6 +64,7 @@ from agentgym_envs.sandbox.workspace import (
     search_output,
 )
 
+logger = logging.getLogger(__name__)
 PATH_SCHEMA = {"type": "string", "maxLength": 300, "description": "path relative to the repo root"}
 MAX_LINES = 400
 MAX_MATCHES = 100
@@ -603,12 +605,18 @@ class RepoFixEnv(AgentEnv):
         """The verdict (``probes``): the hidden tests' calls replayed on a fresh copy of the
         base with the diff applied, compared here with the correct code's observations;
         then the full hidden suite (regressions) on another fresh copy, with canaries.
-        Both must pass; only the first decides what the policy's code cannot forge."""
+        Both must pass; only the first decides what the policy's code cannot forge.
+
+        Returns the verdict and what the policy may be told: built from what this process
+        holds (the task's test names, the data's verdict per test, the diff's own paths),
+        never from text the sandbox wrote, which hostile code controls (it once carried
+        the hidden tests' source out through the results file's collection errors)."""
         assert self._template is not None
         spec = self.task.spec
         changes = self.changes()
+        probe_set = probes.load(spec["repo"])
         data = probes.observe(
-            self.runner, self.spaces, self._template, changes, probes.load(spec["repo"]), "hidden"
+            self.runner, self.spaces, self._template, changes, probe_set, "hidden"
         )
         scratch = self.spaces.scratch_copy(self._template)
         try:
@@ -623,12 +631,11 @@ class RepoFixEnv(AgentEnv):
             )
         finally:
             remove_tree(scratch)
-        ran, detail = grade(run, spec["fail_to_pass"], spec["pass_to_pass"])
-        if ran and run.failing:  # a regression the visible tests see
-            ran, detail = False, f"{len(run.failing)} test(s) fail: {', '.join(run.failing[:10])}"
+        ran, why = grade(run, spec["fail_to_pass"], spec["pass_to_pass"])
+        ran = ran and not run.failing  # a regression the visible tests see
         ok = data.ok and ran
-        if not data.ok:  # said first: it is what the fix's code cannot forge
-            detail = data.describe() + ("" if ran else f"; {detail}")
+        logger.debug("%s: %s; test run: %s", self.task.id, data.describe(), why)
+        detail = "all hidden tests pass" if ok else "the hidden tests do not pass"
         tampering = self._tampering()
         if tampering:  # a tampering fix earns nothing, not even the milestones below
             ok, detail = False, f"the fix reaches into the test runner ({', '.join(tampering)})"
@@ -641,8 +648,8 @@ class RepoFixEnv(AgentEnv):
         self.progress.verdict = ok
         if not ok and self.guidance:
             hints = "\n".join(f"Hint: {h}" for h in spec.get("hints", ()))
-            known = {*spec["fail_to_pass"], *spec["pass_to_pass"]}  # never names the run wrote
-            failing = ", ".join([t for t in run.failing if t in known][:10]) or "none"
+            known = [*spec["fail_to_pass"], *spec["pass_to_pass"]]
+            failing = probes.failing_tests(known, probe_set, data)
             detail = f"{detail}\nFailing hidden tests: {failing}\n{hints}"
         return ok, detail
 

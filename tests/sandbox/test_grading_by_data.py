@@ -247,3 +247,16 @@ def test_the_expectations_are_out_of_the_sandboxs_reach() -> None:
         )
     backend.close()
     assert '"expected"' not in result.stdout and "intervals.json" not in result.stdout
+
+
+def test_what_hostile_code_writes_as_numbers_is_a_mismatch_never_an_error() -> None:
+    """A value of 10**4000 against an expected float made ``math.isclose`` raise
+    OverflowError out of the comparison: the policy's input became an env_error."""
+    want = _probes({"value": 1.5}, {"value": [2.0]})
+    for bad in (10**4000, -(10**4000), float("nan"), float("inf"), [10**4000], "1.5"):
+        observed = [{"value": bad}, {"value": bad}]
+        assert not probes.compare(want, observed).ok
+    deep: Any = 1.5
+    for _ in range(5000):
+        deep = [deep]
+    assert not probes.compare(want, [{"value": deep}, {"value": deep}]).ok

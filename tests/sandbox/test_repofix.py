@@ -306,7 +306,8 @@ def test_a_fix_that_games_the_test_runner_fails(env, task_by_level, cheat: str) 
     env.step(call("write_file", path=f"{package}/__init__.py", content=CHEATS[cheat] + init))
     ok, detail = env._verify()
     assert not ok
-    expected = "reaches into the test runner" if cheat == "plain" else "patched pytest"
+    # what the policy may be told holds no text of the test run (hostile code writes it)
+    expected = "reaches into the test runner" if cheat == "plain" else "do not pass"
     assert expected in detail
     *_, info = env.step("submit()")
     assert info["outcome"] is Outcome.FAILURE
