@@ -159,8 +159,7 @@ def _agrees(probe: Probe, observed: Any) -> bool:
     hostile code: whatever comparing it raises is a mismatch, never an error of the env."""
     try:
         return isinstance(observed, dict) and all(
-            key in observed and same(value, observed[key])
-            for key, value in probe.expected.items()
+            key in observed and same(value, observed[key]) for key, value in probe.expected.items()
         )
     except (ArithmeticError, ValueError, TypeError, RecursionError):
         return False
