@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
+from types import TracebackType
+from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from agentgym_envs.core.unicode import valid_text
 
@@ -48,3 +52,65 @@ def progress_bar(quiet: bool) -> Progress:
         disable=quiet or not sys.stderr.isatty(),
         transient=True,
     )
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` for a person: ``8.2 s``, ``3m 05s``, ``2h 07m``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    return f"{minutes // 60}h {minutes % 60:02d}m"
+
+
+class ProgressLog:
+    """Plain progress lines for commands that run long (``eval``, ``train``).
+
+    A progress bar shows only on a terminal; in a log file, in CI or under ``nohup`` the
+    user would see nothing for tens of minutes. So each line is appended to ``path``
+    (flushed at once: ``tail -f`` follows it) and, off a terminal, printed to stdout too.
+
+    Args:
+        path: the log file, e.g. ``<run folder>/progress.log`` (None: none). Its folder
+            is created; an existing file is appended to (a resumed run).
+        echo: print the lines (default: when stdout is not a terminal).
+        out: where they are printed (default: the CLI's console).
+    """
+
+    def __init__(
+        self, path: str | Path | None, *, echo: bool | None = None, out: Console | None = None
+    ) -> None:
+        self.path = None if path is None else Path(path)
+        self.echo = not sys.stdout.isatty() if echo is None else echo
+        self.out = out or console
+        self._file: TextIO | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+
+    def line(self, text: str) -> None:
+        """Write one line (control characters shown as escapes, see :func:`terminal_text`)."""
+        text = terminal_text(text).replace("\n", " ")
+        if self._file is not None:
+            self._file.write(text + "\n")
+            self._file.flush()
+        if self.echo:
+            self.out.print(Text(text), soft_wrap=True, highlight=False)
+
+    def close(self) -> None:
+        """Close the file; idempotent."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> ProgressLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

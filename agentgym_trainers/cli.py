@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.progress import Progress, TaskID
 from rich.table import Table
+from rich.text import Text
 
 from agentgym_envs.cli import TRAIN_INSTALL
+from agentgym_envs.console import ProgressLog, format_duration, progress_bar
+from agentgym_envs.console import console as shared_console
 from agentgym_envs.core.errors import ConfigError
 from agentgym_trainers.config import TrainConfig, add_arguments, from_args
 
-SHOWN = ("reward", "success", "kl", "entropy", "clip_frac", "grad_norm", "time_step_s")
+if TYPE_CHECKING:
+    from agentgym_trainers.run import ProgressEvent
+
+SHOWN = ("reward", "success", "kl", "entropy", "clip_frac", "grad_norm")
+SHOWN_FIRST = ("reward", "success")
+PROGRESS_FILE = "progress.log"
 
 
 def add_parser(sub: Any) -> None:
@@ -23,7 +35,11 @@ def add_parser(sub: Any) -> None:
         description=TrainConfig.__doc__,
     )  # no ArgumentDefaultsHelpFormatter: add_arguments puts each default in its help
     add_arguments(p)
-    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print no progress (progress.log in the run folder still gets every line)",
+    )
     p.set_defaults(func=cmd_train)
 
 
@@ -46,16 +62,15 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
 
     hf_logging.disable_progress_bar()  # rich prints the progress instead
 
-    console = console or Console()
+    console = console or shared_console
     config: TrainConfig = from_args(args)
     logging.basicConfig(level=logging.WARNING)
-
-    def progress(step: int, metrics: dict[str, float]) -> None:
-        if not args.quiet:
-            shown = "  ".join(f"{k} {metrics.get(k, float('nan')):.4g}" for k in SHOWN)
-            console.print(f"step {step:>4}  {shown}")
-
-    summary = train(config, progress=progress)
+    first = int(os.environ.get("RANK", "0")) == 0  # one process of a torchrun reports
+    run_dir = Path(config.run.run_dir)
+    with TrainProgress(
+        run_dir / PROGRESS_FILE if first else None, quiet=args.quiet or not first, out=console
+    ) as progress:
+        summary = train(config, on_event=progress)
     table = Table(title=f"{config.algo} on {config.data.env} ({config.policy.model})")
     table.add_column("")
     table.add_column("success")
@@ -71,8 +86,94 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
     if table.row_count:
         console.print(table)
     console.print(
-        f"{summary['steps']} steps in {summary['train_seconds']:.1f} s; "
-        f"run folder {config.run.run_dir} (metrics.jsonl, trajectories.sqlite, curves.png); "
+        f"{summary['steps']} steps in {summary['train_seconds']:.1f} s; run folder {run_dir} "
+        f"(metrics.jsonl, progress.log, summary.json, trajectories.sqlite, curves.png); "
         f"checkpoint {summary['checkpoint']}"
     )
     return 0
+
+
+class TrainProgress:
+    """The progress of ``agentgym train``, fed :class:`~agentgym_trainers.run.ProgressEvent`.
+
+    Every episode of an evaluation, SFT step and RL step is a line in ``path``
+    (``<run folder>/progress.log``). RL steps are printed as lines (with the ETA); the
+    evaluations and SFT show a transient bar on a terminal and a line each elsewhere (a
+    log file, CI, ``nohup``), where a bar would show nothing for minutes.
+
+    Args:
+        path: the progress log (None: none).
+        quiet: print nothing (the log is still written).
+        out: the console lines are printed to.
+    """
+
+    def __init__(self, path: Path | None, *, quiet: bool, out: Console) -> None:
+        self.log = ProgressLog(path, echo=False)
+        self.quiet = quiet
+        self.out = out
+        self.phase = ""
+        self.started = 0.0
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        now = time.perf_counter()
+        if event.phase != self.phase:
+            self._end_bar()
+            self.phase, self.started = event.phase, now - event.seconds
+        eta = (now - self.started) / max(event.done, 1) * max(event.total - event.done, 0)
+        text = progress_line(event, eta)
+        self.log.line(text)
+        if self.quiet:
+            return
+        if event.phase == "rl" or not self.out.is_terminal:
+            self.out.print(Text(text), soft_wrap=True, highlight=False)
+            return
+        if self.bar is None:
+            self.bar = progress_bar(False)
+            self.bar.start()
+            self.task = self.bar.add_task(event.phase, total=event.total)
+        assert self.task is not None
+        self.bar.update(self.task, completed=event.done)
+        if event.done >= event.total:
+            self._end_bar()
+
+    def _end_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        self.bar, self.task = None, None
+
+    def close(self) -> None:
+        self._end_bar()
+        self.log.close()
+
+    def __enter__(self) -> TrainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_line(event: ProgressEvent, eta_s: float) -> str:
+    """One plain progress line: an evaluation episode (task, outcome, reward), an SFT
+    step (loss) or an RL step (reward, success, the shown metrics); then its seconds and
+    the phase's ETA."""
+    v = event.values
+    count = f"{event.done}/{event.total}"
+    if event.phase == "rl":
+        head = f"step {count}  reward {_num(v.get('reward'))}  success {_num(v.get('success'))}"
+        tail = "  ".join(f"{k} {_num(v.get(k))}" for k in SHOWN if k not in SHOWN_FIRST)
+    elif event.phase == "sft":
+        head, tail = f"sft step {count}  loss {_num(v.get('sft_loss'))}", ""
+    else:
+        head = (
+            f"{event.phase} episode {count}  task {v.get('task_id', '')}  "
+            f"outcome {v.get('outcome', '')}  reward {_num(v.get('reward'))}"
+        )
+        tail = ""
+    line = f"{head}  {event.seconds:.1f} s  ETA {format_duration(eta_s)}"
+    return f"{line}  {tail}" if tail else line
+
+
+def _num(value: Any) -> str:
+    return "nan" if value is None else f"{float(value):.4g}"

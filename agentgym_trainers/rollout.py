@@ -361,6 +361,7 @@ class RolloutRunner:
         script: Script | None = None,
         *,
         checkpoints: bool = False,
+        on_episode: Callable[[Trajectory], None] | None = None,
     ) -> tuple[list[Trajectory], RolloutStats]:
         """Play every job to its end; trajectories come back in job order.
 
@@ -374,12 +375,19 @@ class RolloutRunner:
                 log-probability 0.
             checkpoints: keep a :class:`TurnCheckpoint` before every turn of the new
                 episodes (``Trajectory.checkpoints``): one env snapshot per turn.
+            on_episode: called with each trajectory as its episode ends (progress).
         """
         stats = RolloutStats()
         results: dict[int, Trajectory] = {}
+
+        def emit(index: int, trajectory: Trajectory) -> None:
+            results[index] = trajectory
+            if on_episode is not None:
+                on_episode(trajectory)
+
         self.play(
             _SlotQueue(jobs, len(self.slots)).take,
-            results.__setitem__,
+            emit,
             stats,
             policy_version=policy_version,
             script=script,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,34 @@ from agentgym_trainers.trainer import Trainer, _chunks, env_seed
 log = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
+SUMMARY_FILE = "summary.json"
+CURVES_EVERY_S = 60.0
+"""During RL, ``curves.png`` and ``summary.json`` are rewritten after a step when this
+many seconds have passed since the last time (and at the end)."""
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """An episode or a step that a run finished, for progress output (``train(on_event=)``).
+
+    Attributes:
+        phase: an evaluation (``eval_initial``, ``eval_before``, ``eval_after``; a greedy
+            twin ends in ``_greedy``): one episode ended; ``sft`` or ``rl``: one step.
+        done: the episodes or steps of the phase done so far (this process's share).
+        total: the episodes or steps the phase will do (this process's share).
+        seconds: the wall time of this episode or step.
+        values: a step's metrics; an episode's ``task_id``, ``outcome``, ``success`` and
+            ``reward``.
+    """
+
+    phase: str
+    done: int
+    total: int
+    seconds: float
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+OnEvent = Callable[[ProgressEvent], None]
 
 
 # -- SFT warm start -------------------------------------------------------------------------
@@ -58,6 +88,7 @@ def sft(
     lr: float,
     stop_loss: float = 0.0,
     stop_window: int = 25,
+    on_event: OnEvent | None = None,
 ) -> list[dict[str, float]]:
     """Imitate oracle trajectories: token-mean NLL on agent tokens only (the imitation
     targets of :class:`~agentgym_trainers.algorithms.sft.SFT`); at most ``steps`` steps,
@@ -80,9 +111,12 @@ def sft(
     trainer.lm.train()
     batch_size = max(cfg.optim.micro_batch_size * 2, 8)
     for step in range(steps):
+        t0 = time.perf_counter()
         chosen = rng.sample(seqs, min(batch_size, len(seqs))) if seqs else []
         history.append(sft_step(trainer, optimizer, chosen))
         trainer.logger.log(step, {"sft_loss": history[-1]["sft_loss"]}, phase="sft")
+        if on_event is not None:
+            on_event(ProgressEvent("sft", step + 1, steps, time.perf_counter() - t0, history[-1]))
         if stop_loss > 0 and len(history) >= stop_window:
             mean = sum(h["sft_loss"] for h in history[-stop_window:]) / stop_window
             if mean <= stop_loss:
@@ -122,9 +156,15 @@ def sft_step(
 # -- evaluation -----------------------------------------------------------------------------
 
 
-def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) -> dict[str, Any]:
+def evaluate(
+    trainer: Trainer,
+    split: str,
+    episodes: int,
+    temperature: float,
+    on_episode: Callable[[Trajectory], None] | None = None,
+) -> dict[str, Any]:
     """Success and return on the first ``episodes`` tasks of ``split`` (fixed env seeds),
-    with the evaluation's wall time."""
+    with the evaluation's wall time; ``on_episode`` gets each trajectory as it ends."""
     start = time.perf_counter()
     cfg = trainer.cfg
     pool = trainer.split_tasks(split)
@@ -146,7 +186,7 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
     trainer.runner.sampler = evaluator
     trainer.lm.eval()
     try:
-        trajs, _ = trainer.runner.collect(jobs, trainer.version)
+        trajs, _ = trainer.runner.collect(jobs, trainer.version, on_episode=on_episode)
     finally:
         trainer.runner.sampler = main
     metrics = episode_metrics(
@@ -181,13 +221,57 @@ def evaluate(trainer: Trainer, split: str, episodes: int, temperature: float) ->
     return result
 
 
-def _evaluate_phase(trainer: Trainer, summary: dict[str, Any], key: str) -> None:
+def _evaluate_phase(
+    trainer: Trainer, summary: dict[str, Any], key: str, on_event: OnEvent | None = None
+) -> None:
     """``summary[key]``: the evaluation at the configured temperature; with
-    ``--eval-greedy-too`` and a temperature above 0, ``summary[key + "_greedy"]`` too."""
+    ``--eval-greedy-too`` and a temperature above 0, ``summary[key + "_greedy"]`` too.
+    Each result is also a metrics row (phase ``eval``) and rewrites ``summary.json``."""
     cfg = trainer.cfg.eval
-    summary[key] = evaluate(trainer, cfg.split, cfg.episodes, cfg.temperature)
+    runs = [(key, cfg.temperature)]
     if cfg.greedy_too and cfg.temperature > 0:
-        summary[f"{key}_greedy"] = evaluate(trainer, cfg.split, cfg.episodes, 0.0)
+        runs.append((f"{key}_greedy", 0.0))
+    for name, temperature in runs:
+        total = len(range(trainer.rank, cfg.episodes, trainer.world))
+        watch = _episode_events(name, total, on_event)
+        result = summary[name] = evaluate(trainer, cfg.split, cfg.episodes, temperature, watch)
+        row = {"success": result["success"], "reward": result["reward"]}
+        row |= {"episodes": result["episodes"], "wall_s": result["wall_s"]}
+        trainer.logger.log(trainer.step, {f"{name}_{k}": v for k, v in row.items()}, "eval")
+        write_summary(trainer, summary)
+
+
+def _episode_events(
+    phase: str, total: int, on_event: OnEvent | None
+) -> Callable[[Trajectory], None] | None:
+    """A trajectory callback that reports each evaluation episode as a ProgressEvent."""
+    if on_event is None:
+        return None
+    done = 0
+
+    def on_episode(t: Trajectory) -> None:
+        nonlocal done
+        done += 1
+        ep = t.episode
+        values: dict[str, Any] = {"task_id": t.job.task_id, "outcome": ep.outcome.value}
+        values |= {"success": ep.success, "reward": ep.reward}
+        on_event(ProgressEvent(phase, done, total, ep.wall_ms / 1000.0, values))
+
+    return on_episode
+
+
+def write_summary(trainer: Trainer, summary: Mapping[str, Any], status: str = "running") -> None:
+    """``summary.json`` as it stands (rank 0), with ``status`` (``running`` or
+    ``finished``) and the steps done; written whole, then renamed into place."""
+    if trainer.rank != 0:
+        return
+    trainer.run_dir.mkdir(parents=True, exist_ok=True)
+    path = trainer.run_dir / SUMMARY_FILE
+    tmp = path.with_name(f".{SUMMARY_FILE}.tmp")
+    data = {**summary, "status": status}
+    data.setdefault("steps", trainer.step)
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
 
 
 # -- checkpoints ----------------------------------------------------------------------------
@@ -317,8 +401,22 @@ def train(
     config: TrainConfig,
     make_env: Callable[[], Any] | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
+    on_event: OnEvent | None = None,
 ) -> dict[str, Any]:
-    """Run ``config`` end to end; returns a summary (also written to ``summary.json``)."""
+    """Run ``config`` end to end; returns a summary (also written to ``summary.json``).
+
+    The run folder grows as it goes: ``metrics.jsonl`` gets a row per SFT and RL step
+    and per evaluation, ``summary.json`` (``status`` ``running``) is rewritten after each
+    phase, and during RL both it and ``curves.png`` are redrawn every
+    :data:`CURVES_EVERY_S` seconds; at the end they are final (``status`` ``finished``).
+
+    Args:
+        config: the run.
+        make_env: builds one env (default: ``gym.make`` of ``config.data.env``).
+        progress: called after each RL step with the step and its metrics.
+        on_event: called with each evaluation episode, SFT step and RL step as it ends
+            (progress output: :class:`ProgressEvent`).
+    """
     trainer = Trainer(config, make_env)
     summary: dict[str, Any] = {
         "config": config.to_json(),
@@ -332,53 +430,82 @@ def train(
             summary["resumed_from"] = str(resumed)
         start = time.perf_counter()
         if config.eval.episodes and resumed is None and config.sft.steps > 0:
-            _evaluate_phase(trainer, summary, "eval_initial")
+            _evaluate_phase(trainer, summary, "eval_initial", on_event)
         if resumed is None and config.sft.steps > 0:
-            sft_start = time.perf_counter()
-            history = sft(
-                trainer,
-                config.sft.steps,
-                config.sft.episodes,
-                config.sft.lr,
-                config.sft.stop_loss,
-                config.sft.stop_window,
-            )
-            summary["sft_seconds"] = time.perf_counter() - sft_start
-            summary["sft_loss"] = [h["sft_loss"] for h in history]
-            summary["sft_steps_done"] = len(history)
+            _sft_phase(trainer, summary, on_event)
         if resumed is None:
             trainer.set_reference()  # KL anchors RL to the SFT-warmed policy
         if config.eval.episodes and resumed is None:
-            _evaluate_phase(trainer, summary, "eval_before")
+            _evaluate_phase(trainer, summary, "eval_before", on_event)
         if trainer.algorithm.rl:
-            rl_start = time.perf_counter()
-            while trainer.step < config.run.steps:
-                over = bool(config.run.time_budget_s) and (
-                    time.perf_counter() - rl_start > config.run.time_budget_s
-                )
-                if dist.all_sum([float(over)], trainer.device)[0] > 0:  # every process stops
-                    summary["stopped_by_time_budget"] = True
-                    break
-                metrics = trainer.rl_step()
-                if progress is not None:
-                    progress(trainer.step, metrics)
-                if config.run.checkpoint_every and trainer.step % config.run.checkpoint_every == 0:
-                    save_checkpoint(trainer)
-            trainer.stop_rollouts()  # an asynchronous worker stops before evaluation
-            summary["rl_seconds"] = time.perf_counter() - rl_start
+            _rl_phase(trainer, summary, progress, on_event)
         if config.eval.episodes:
-            _evaluate_phase(trainer, summary, "eval_after")
+            _evaluate_phase(trainer, summary, "eval_after", on_event)
         summary["replica_checksums"] = check_replicas(trainer)
         summary["train_seconds"] = time.perf_counter() - start
         summary["steps"] = trainer.step
         summary["checkpoint"] = str(save_checkpoint(trainer))
+        summary["status"] = "finished"
+        write_summary(trainer, summary, "finished")
         if trainer.rank == 0:
-            trainer.run_dir.mkdir(parents=True, exist_ok=True)
-            (trainer.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             summary["curves"] = str(plot_curves(trainer) or "")
     finally:
         trainer.close()
     return summary
 
 
-__all__ = ["evaluate", "load_checkpoint", "save_checkpoint", "sft", "train"]
+def _sft_phase(trainer: Trainer, summary: dict[str, Any], on_event: OnEvent | None) -> None:
+    cfg = trainer.cfg.sft
+    sft_start = time.perf_counter()
+    history = sft(
+        trainer, cfg.steps, cfg.episodes, cfg.lr, cfg.stop_loss, cfg.stop_window, on_event
+    )
+    summary["sft_seconds"] = time.perf_counter() - sft_start
+    summary["sft_loss"] = [h["sft_loss"] for h in history]
+    summary["sft_steps_done"] = len(history)
+    write_summary(trainer, summary)
+
+
+def _rl_phase(
+    trainer: Trainer,
+    summary: dict[str, Any],
+    progress: Callable[[int, dict[str, float]], None] | None,
+    on_event: OnEvent | None,
+) -> None:
+    """RL steps up to ``--steps`` or the time budget, with checkpoints, and the curves
+    and summary redrawn every :data:`CURVES_EVERY_S` seconds."""
+    config = trainer.cfg
+    rl_start = drawn = time.perf_counter()
+    while trainer.step < config.run.steps:
+        over = bool(config.run.time_budget_s) and (
+            time.perf_counter() - rl_start > config.run.time_budget_s
+        )
+        if dist.all_sum([float(over)], trainer.device)[0] > 0:  # every process stops
+            summary["stopped_by_time_budget"] = True
+            break
+        t0 = time.perf_counter()
+        metrics = trainer.rl_step()
+        seconds = time.perf_counter() - t0
+        if config.run.checkpoint_every and trainer.step % config.run.checkpoint_every == 0:
+            save_checkpoint(trainer)
+        if time.perf_counter() - drawn >= CURVES_EVERY_S and trainer.rank == 0:
+            plot_curves(trainer)
+            write_summary(trainer, {**summary, "steps": trainer.step})
+            drawn = time.perf_counter()
+        if progress is not None:
+            progress(trainer.step, metrics)
+        if on_event is not None:
+            on_event(ProgressEvent("rl", trainer.step, config.run.steps, seconds, metrics))
+    trainer.stop_rollouts()  # an asynchronous worker stops before evaluation
+    summary["rl_seconds"] = time.perf_counter() - rl_start
+
+
+__all__ = [
+    "ProgressEvent",
+    "evaluate",
+    "load_checkpoint",
+    "save_checkpoint",
+    "sft",
+    "train",
+    "write_summary",
+]

@@ -4,18 +4,43 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from agentgym_envs.console import progress_bar
+from agentgym_envs.console import ProgressLog, progress_bar
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.journal import JOURNAL_FILE
 from agentgym_envs.eval.metrics import shown
+from agentgym_envs.eval.report import partial_note, write_reports
+
+if TYPE_CHECKING:
+    from agentgym_envs.eval.evaluate import EpisodeResult, EvalConfig
 
 LLM_OPTIONS = ("temperature", "top_p", "max_new_tokens", "device", "max_context", "tool_mode")
+RECORDED = (
+    "suite",
+    "policy",
+    "trials",
+    "entries",
+    "batch",
+    "isolation",
+    "envs_per_actor",
+    "ray_address",
+    "no_store",
+    *LLM_OPTIONS,
+)
+"""The arguments a run records in ``run.json`` and ``--resume`` uses again."""
+RUN_FILE = "run.json"
+PROGRESS_FILE = "progress.log"
+_DEFAULTS: dict[str, Any] = {}  # the parser's defaults of RECORDED
 
 
 def add_parser(sub: Any) -> None:
@@ -52,7 +77,17 @@ def add_parser(sub: Any) -> None:
         default="",
         help="ray: the cluster to join, host:port (default: $RAY_ADDRESS, else a local Ray)",
     )
-    p.add_argument("--out", help="report folder (default: runs/eval/<suite>-<time>)")
+    p.add_argument(
+        "--out",
+        help="report folder (default: runs/eval/<suite>-<time>); it also holds progress.log "
+        "(a line per finished episode), episodes.jsonl and run.json (for --resume)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the stopped run in --out: its recorded arguments are used (any given "
+        "must match) and its finished episodes are not played again",
+    )
     p.add_argument("--no-store", action="store_true", help="do not record trajectories")
     p.add_argument("--replay", metavar="REPORT", help="re-run the episodes of a report.json")
     p.add_argument("--json", action="store_true", help="print the report JSON")
@@ -76,66 +111,31 @@ def add_parser(sub: Any) -> None:
         "in the prompt as text",
     )
     p.set_defaults(func=cmd_eval)
+    _DEFAULTS.update({name: p.get_default(name) for name in RECORDED})
 
 
 def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
-    from agentgym_envs.eval.evaluate import EvalConfig, evaluate, load_report, replay
-    from agentgym_envs.eval.report import write_reports
-    from agentgym_envs.eval.suite import load_suite
-    from agentgym_envs.eval.workers import SlotIsolation
-
     console = console or Console(width=None if sys.stdout.isatty() else 160)
-    options = {k: getattr(args, k) for k in LLM_OPTIONS if getattr(args, k) is not None}
+    if args.resume and args.replay:
+        raise ConfigError(
+            "--resume continues a stopped run and --replay re-runs a report: pass one"
+        )
+    recorded = None
+    if not args.replay:
+        args.suite = _suite_argument(args.suite)
+        recorded = resume_arguments(args) if args.resume else None
     if any(p.startswith("hf:") for p in args.policy):
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    if args.replay:
-        old = load_report(args.replay)
-        out = Path(args.out or Path(args.replay).parent / "replay")
-        report, diffs = replay(old)
-    else:
-        suite = load_suite(args.suite)
-        if args.trials is not None:
-            suite = suite.with_trials(args.trials)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        out = Path(args.out or Path("runs") / "eval" / f"{suite.name}-{stamp}")
-        out.mkdir(parents=True, exist_ok=True)
-        config = EvalConfig(
-            batch=args.batch,
-            isolation=SlotIsolation.parse(args.isolation),
-            store=None if args.no_store else str(out / "trajectories.sqlite"),
-            run_id=f"{suite.name}-{stamp}",
-            policy_options=options,
-            envs_per_actor=args.envs_per_actor,
-            ray_address=args.ray_address,
-        )
-        total = sum(
-            len(e.jobs(suite.seed, suite.trials))
-            for e in suite.entries
-            if not args.entries or e.name in args.entries
-        ) * len(args.policy)
-        with progress_bar(args.json) as progress:
-            bar = progress.add_task(f"{suite.name}: {' '.join(args.policy)}", total=total)
-            report = evaluate(
-                suite,
-                args.policy,
-                config,
-                entries=args.entries,
-                on_episode=lambda _r: progress.advance(bar),
-            )
-        diffs = None
-    paths = write_reports(report, out)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_tables(report, console)
-        console.print(f"report: {paths['html'].resolve()}")
-        console.print(f"        {paths['json'].resolve()} and {paths['md'].name}")
-        if report["config"].get("store"):
-            console.print(f"trajectories: {report['config']['store']} (agentgym traj ls ...)")
-    if diffs is None:
-        return 0
+    if not args.replay:
+        return _run(args, recorded, console)
+    from agentgym_envs.eval.evaluate import load_report, replay
+
+    old = load_report(args.replay)
+    out = Path(args.out or Path(args.replay).parent / "replay")
+    report, diffs = replay(old)
+    _show(report, write_reports(report, out), args.json, console)
     if diffs:
         console.print(f"[red]replay differs in {len(diffs)} place(s):[/]")
         for line in diffs[:50]:
@@ -143,6 +143,211 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
         return 1
     console.print(f"replay: all {len(report['episodes'])} episodes came out identical")
     return 0
+
+
+def _run(args: argparse.Namespace, recorded: dict[str, Any] | None, console: Console) -> int:
+    """Evaluate the suite into ``--out``, or continue the ``recorded`` run there; a signal
+    stops it with the report of what finished (exit 128 + the signal)."""
+    from agentgym_envs.eval.evaluate import EvalInterrupted, evaluate
+    from agentgym_envs.eval.journal import EpisodeJournal
+    from agentgym_envs.eval.suite import load_suite
+
+    suite = load_suite(args.suite)
+    if args.trials is not None:
+        suite = suite.with_trials(args.trials)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    out = Path(args.out or Path("runs") / "eval" / f"{suite.name}-{stamp}")
+    if recorded is None:
+        recorded = _new_run(args, out, suite.version, f"{suite.name}-{stamp}")
+    elif recorded["suite_version"] != suite.version:
+        raise ConfigError(
+            f"--resume continues the run in {out}, which evaluated suite version "
+            f"{recorded['suite_version']}; {args.suite} is now version {suite.version}. "
+            "Restore the suite file, or start a new run with another --out"
+        )
+    config = _config(args, out, recorded["run_id"])
+    journal = EpisodeJournal.load(out / JOURNAL_FILE)
+    chosen = [e for e in suite.entries if not args.entries or e.name in args.entries]
+    total = sum(len(e.jobs(suite.seed, suite.trials)) for e in chosen) * len(args.policy)
+    done = [len(journal)]
+
+    with (
+        progress_bar(args.json) as bar,
+        ProgressLog(
+            out / PROGRESS_FILE, echo=not args.json and not sys.stdout.isatty(), out=console
+        ) as log,
+        _StopOnSignal() as stop,
+    ):
+        task = bar.add_task(f"{suite.name}: {' '.join(args.policy)}", total=total)
+        bar.update(task, completed=done[0])
+
+        def on_episode(r: EpisodeResult) -> None:
+            done[0] += 1
+            bar.advance(task)
+            log.line(episode_line(r, done[0], total))
+
+        try:
+            report = evaluate(
+                suite, args.policy, config, entries=args.entries, on_episode=on_episode,
+                journal=journal, stop=stop.requested, started=recorded["started"],
+            )  # fmt: skip
+        except EvalInterrupted as exc:
+            report = exc.report
+    if "partial" in report and stop.signal is not None:
+        report["partial"]["stopped_by"] = stop.signal.name
+        report["partial"]["resume"] = f"agentgym eval --out {out} --resume"
+    (out / "report.json").unlink(missing_ok=True)  # the report of an earlier stop
+    _show(report, write_reports(report, out), args.json, console)
+    if "partial" not in report:
+        return 0
+    console.print(Text(partial_note(report), style="yellow"))
+    return 128 + (stop.signal or signal.SIGINT)
+
+
+def _config(args: argparse.Namespace, out: Path, run_id: str) -> EvalConfig:
+    from agentgym_envs.eval.evaluate import EvalConfig
+    from agentgym_envs.eval.workers import SlotIsolation
+
+    options = {k: getattr(args, k) for k in LLM_OPTIONS if getattr(args, k) is not None}
+    return EvalConfig(
+        batch=args.batch,
+        isolation=SlotIsolation.parse(args.isolation),
+        store=None if args.no_store else str(out / "trajectories.sqlite"),
+        run_id=run_id,
+        policy_options=options,
+        envs_per_actor=args.envs_per_actor,
+        ray_address=args.ray_address,
+    )
+
+
+def episode_line(result: EpisodeResult, done: int, total: int) -> str:
+    """The progress line of a finished episode: entry, env, policy, outcome, seconds."""
+    ep = result.episode
+    return (
+        f"episode {done}/{total}  entry {result.entry}  env {result.env_id}  "
+        f"policy {result.policy}  task {result.task_id}  outcome {ep.outcome.value}  "
+        f"{ep.wall_ms / 1000:.1f} s"
+    )
+
+
+def _show(report: dict[str, Any], paths: dict[str, Path], as_json: bool, console: Console) -> None:
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    print_tables(report, console)
+    console.print(f"report: {paths['html'].resolve()}")
+    console.print(f"        {paths['json'].resolve()} and {paths['md'].name}")
+    if report["config"].get("store"):
+        console.print(f"trajectories: {report['config']['store']} (agentgym traj ls ...)")
+
+
+# -- resuming ------------------------------------------------------------------------------
+
+
+def _new_run(
+    args: argparse.Namespace, out: Path, suite_version: str, run_id: str
+) -> dict[str, Any]:
+    """Record the run's arguments in ``out/run.json`` for ``--resume``."""
+    if (out / JOURNAL_FILE).exists():
+        raise ConfigError(
+            f"{out} holds an earlier evaluation ({JOURNAL_FILE}); continue it with "
+            f"agentgym eval --out {out} --resume, or pass another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = {
+        "run_id": run_id,
+        "started": time.time(),
+        "suite_version": suite_version,
+        "arguments": {k: getattr(args, k) for k in RECORDED},
+    }
+    (out / RUN_FILE).write_text(json.dumps(recorded, indent=2) + "\n")
+    return recorded
+
+
+def resume_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """Read the run recorded in ``args.out`` and set its arguments on ``args``.
+
+    An argument given on the command line must be the recorded one: leaving it out uses
+    the recorded value.
+
+    Raises:
+        ConfigError: no ``--out``, no recorded run there, or an argument that differs.
+    """
+    if not args.out:
+        raise ConfigError(
+            "--resume continues the run in an --out folder; pass --out DIR of the stopped run"
+        )
+    path = Path(args.out) / RUN_FILE
+    if not path.is_file():
+        raise ConfigError(
+            f"{path} does not exist: --resume continues a run that `agentgym eval --out "
+            f"{args.out}` started. Check the folder, or leave out --resume to start a new run"
+        )
+    recorded: dict[str, Any] = json.loads(path.read_text())
+    used = recorded["arguments"]
+    for name in RECORDED:
+        given, default = getattr(args, name), _DEFAULTS.get(name)
+        if given != default and given != used.get(name):
+            raise ConfigError(
+                f"--resume continues the run recorded in {path}, which used "
+                f"{_flag(name, used.get(name))}; got {_flag(name, given)}. Leave "
+                f"--{_dashed(name)} out to resume with the recorded value, or start a new "
+                "run with another --out"
+            )
+        setattr(args, name, used.get(name))
+    return recorded
+
+
+def _suite_argument(suite: str) -> str:
+    """A suite file as an absolute path (a run resumes from any folder); a name as is."""
+    path = Path(suite)
+    return str(path.resolve()) if path.suffix and path.is_file() else suite
+
+
+def _dashed(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _flag(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return f"--{_dashed(name)}" if value else f"no --{_dashed(name)}"
+    if value is None:
+        return f"no --{_dashed(name)}"
+    shown_value = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return f"--{_dashed(name)} {shown_value}"
+
+
+class _StopOnSignal:
+    """SIGINT (Ctrl-C) or SIGTERM asks the evaluation to stop after the current step,
+    so every finished episode is in the report and the store holds no half episode; a
+    second one stops it at once (a ``KeyboardInterrupt``)."""
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum)
+        Console(stderr=True).print(
+            f"[yellow]{self.signal.name}: stopping after the current step and writing the "
+            "report of the finished episodes (send it again to stop at once)[/]"
+        )
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
 
 
 def _rate(value: float | None) -> str:

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
-from agentgym_envs.core.episode import EpisodeFold, EpisodeSummary
+from agentgym_envs.core.episode import EpisodeFold
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.eval.journal import EpisodeJournal, EpisodeResult
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.eval.suite import Job, Suite, SuiteEntry, suite_from_spec
 from agentgym_envs.eval.workers import (
@@ -44,70 +45,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REPORT_SCHEMA = "agentgym-eval/1"
-
-
-@dataclass(frozen=True)
-class EpisodeResult:
-    """One evaluated episode: which job it was, and how it went.
-
-    Attributes:
-        policy: the policy spec (or, for a policy built by a factory, its name).
-        entry: the suite entry.
-        env_id: the env played.
-        task_id: the task played.
-        trial: the trial number of the task.
-        seed: the reset seed.
-        episode: the episode (outcome, return, costs, tokens ...).
-        episode_id: the trajectory-store row, where one is known.
-    """
-
-    policy: str
-    entry: str
-    env_id: str
-    task_id: str
-    trial: int
-    seed: int
-    episode: EpisodeSummary
-    episode_id: int | None = None
-
-    @property
-    def success(self) -> bool:
-        """A valid episode that ended in success."""
-        return self.episode.success
-
-    def to_json(self) -> dict[str, Any]:
-        """One row of the report's ``episodes``."""
-        ep = self.episode
-        return {
-            "policy": self.policy,
-            "entry": self.entry,
-            "env_id": self.env_id,
-            "task_id": self.task_id,
-            "trial": self.trial,
-            "seed": self.seed,
-            "outcome": ep.outcome.value,
-            "truncation": ep.truncation.value,
-            "valid": ep.valid,
-            "steps": ep.steps,
-            "reward": ep.reward,
-            "reward_components": dict(ep.reward_components),
-            "milestones": list(ep.milestones),
-            "tool_calls": ep.tool_calls,
-            "tokens_in": ep.tokens_in,
-            "tokens_out": ep.tokens_out,
-            "llm_failures": ep.llm_failures,
-            "cost": ep.cost_total,
-            "faults": ep.faults,
-            "violations": ep.violations,
-            "attack": dict(ep.attack),
-            "loops": ep.loops,
-            "wall_ms": ep.wall_ms,
-            "versions": dict(ep.versions),
-            "seeds": dict(ep.seeds),
-            "error": ep.error,
-            "episode_id": self.episode_id,
-            "success": self.success,
-        }
 
 
 @dataclass(frozen=True)
@@ -264,11 +201,14 @@ def run_entry(
     policies: _Policies,
     config: EvalConfig,
     on_episode: Callable[[EpisodeResult], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[EpisodeResult]:
     """Play ``jobs`` of one suite entry with one policy; results in job order.
 
     A job with an empty ``task_id`` resets with the entry's split and difficulty and
-    lets the env draw the task from the seed (``agentgym run``).
+    lets the env draw the task from the seed (``agentgym run``). When ``stop()`` turns
+    true (checked after each lockstep step), the episodes still running are dropped
+    (the recorder stores no unfinished episode) and the finished ones returned.
     """
     env_id = entry.env_id
     on_ray = config.isolation is SlotIsolation.RAY  # the driver writes what actors record
@@ -364,7 +304,10 @@ def run_entry(
                 if fold.done:
                     del active[slot]
                     finish(live)
-                    start(slot)
+                    if stop is None or not stop():
+                        start(slot)
+            if stop is not None and stop():
+                break
     finally:
         for s in slots:
             s.close()
@@ -389,6 +332,19 @@ def _reset_options(entry: SuiteEntry, job: Job) -> dict[str, Any]:
 # -- whole suites ----------------------------------------------------------------------
 
 
+class EvalInterrupted(KeyboardInterrupt):
+    """An evaluation stopped by a ``KeyboardInterrupt`` (Ctrl-C). It is still one, so a
+    caller that does not know this class stops as before.
+
+    Attributes:
+        report: the report of the episodes that finished (``report["partial"]``).
+    """
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("evaluation interrupted")
+        self.report = report
+
+
 def evaluate(
     suite: Suite,
     policies: Sequence[str],
@@ -397,6 +353,9 @@ def evaluate(
     entries: Sequence[str] | None = None,
     jobs: Mapping[tuple[str, str], Sequence[Job]] | None = None,
     on_episode: Callable[[EpisodeResult], None] | None = None,
+    journal: EpisodeJournal | None = None,
+    stop: Callable[[], bool] | None = None,
+    started: float | None = None,
 ) -> dict[str, Any]:
     """Evaluate each policy on each suite entry and return the report.
 
@@ -408,6 +367,20 @@ def evaluate(
         entries: only these entry names (default: all).
         jobs: the exact jobs per (policy, entry), for replays (default: the suite's).
         on_episode: called with each finished episode (progress bars).
+        journal: the episodes finished so far (a resumed run: their jobs are not played
+            again, and they are in the report), where each new one is recorded too
+            (default: a new one in memory).
+        stop: checked after each lockstep step; once it returns True, the episodes still
+            running are dropped and the report covers those that finished.
+        started: unix time the run began (a resumed run's first start; default: now).
+
+    Returns:
+        The report; ``report["partial"]`` (``episodes_done``, ``episodes_total``) when
+        some jobs did not finish.
+
+    Raises:
+        EvalInterrupted: a ``KeyboardInterrupt``; its ``report`` covers the finished
+            episodes.
     """
     if not policies:
         raise ConfigError("name at least one policy, e.g. --policy oracle random hf:smollm2")
@@ -415,23 +388,69 @@ def evaluate(
     if not config.run_id:
         config = EvalConfig(**{**asdict(config), "run_id": time.strftime("eval-%Y%m%dT%H%M%S")})
     chosen = [suite.entry(n) for n in entries] if entries else list(suite.entries)
+    plan = [(spec, entry, _jobs(suite, spec, entry, jobs)) for spec in policies for entry in chosen]
+    journal = EpisodeJournal() if journal is None else journal
     built = _Policies(suite.seed, config.policy_options)
-    started = time.time()
-    results: list[tuple[str, SuiteEntry, list[EpisodeResult], float]] = []
+    started = time.time() if started is None else started
+    interrupted: KeyboardInterrupt | None = None
     try:
-        for spec in policies:
-            for entry in chosen:
-                entry_jobs = (jobs or {}).get((spec, entry.name))
-                if entry_jobs is None:
-                    entry_jobs = entry.jobs(suite.seed, suite.trials)
-                t0 = time.perf_counter()
-                eps = run_entry(entry, entry_jobs, spec, built, config, on_episode)
-                results.append((spec, entry, eps, time.perf_counter() - t0))
+        try:
+            for spec, entry, entry_jobs in plan:
+                if stop is not None and stop():
+                    break
+                _play_entry(entry, entry_jobs, spec, built, config, journal, on_episode, stop)
+        except KeyboardInterrupt as exc:
+            interrupted = exc
         described = [built.describe(spec) for spec in policies]
     finally:
         built.close()
         _close_stores()
-    return build_report(suite, described, config, results, started)
+    results = [
+        (spec, entry, journal.results(spec, entry_jobs), journal.wall_s(spec, entry.name))
+        for spec, entry, entry_jobs in plan
+    ]
+    total = sum(len(entry_jobs) for _, _, entry_jobs in plan)
+    report = build_report(
+        suite, described, config, [r for r in results if r[2]], started, total=total
+    )
+    if interrupted is not None:
+        raise EvalInterrupted(report) from interrupted
+    return report
+
+
+def _jobs(
+    suite: Suite, spec: str, entry: SuiteEntry, jobs: Mapping[tuple[str, str], Sequence[Job]] | None
+) -> list[Job]:
+    given = (jobs or {}).get((spec, entry.name))
+    return list(entry.jobs(suite.seed, suite.trials) if given is None else given)
+
+
+def _play_entry(
+    entry: SuiteEntry,
+    jobs: Sequence[Job],
+    spec: str,
+    built: _Policies,
+    config: EvalConfig,
+    journal: EpisodeJournal,
+    on_episode: Callable[[EpisodeResult], None] | None,
+    stop: Callable[[], bool] | None,
+) -> None:
+    """Play the jobs of ``entry`` that ``journal`` does not hold; record each episode
+    with the entry's wall time so far (earlier runs' included)."""
+    todo = [job for job in jobs if not journal.has(spec, job)]
+    if not todo:
+        return
+    before, t0 = journal.wall_s(spec, entry.name), time.perf_counter()
+
+    def record(result: EpisodeResult) -> None:
+        journal.add(result, before + time.perf_counter() - t0)
+        if on_episode is not None:
+            on_episode(result)
+
+    try:
+        run_entry(entry, todo, spec, built, config, record, stop)
+    finally:
+        journal.set_wall_s(spec, entry.name, before + time.perf_counter() - t0)
 
 
 def build_report(
@@ -440,8 +459,12 @@ def build_report(
     config: EvalConfig,
     results: Sequence[tuple[str, SuiteEntry, list[EpisodeResult], float]],
     started: float,
+    *,
+    total: int | None = None,
 ) -> dict[str, Any]:
-    """The report: suite, config, policies, per-entry and overall metrics, episodes."""
+    """The report: suite, config, policies, per-entry and overall metrics, episodes;
+    with ``total`` (the jobs of the run) and fewer episodes, ``partial`` says how many
+    of them finished."""
     from agentgym_envs import __version__
 
     rows = []
@@ -463,7 +486,8 @@ def build_report(
         )
         by_policy.setdefault(spec, []).extend(eps)
         wall[spec] = wall.get(spec, 0.0) + wall_s
-    return {
+    episodes = [e.to_json() for _, _, eps, _ in results for e in eps]
+    report = {
         "schema": REPORT_SCHEMA,
         "suite": {
             "name": suite.name,
@@ -477,8 +501,11 @@ def build_report(
         "policies": [dict(p) for p in policies],
         "results": rows,
         "overall": {p: result_metrics(eps, wall[p]) for p, eps in by_policy.items()},
-        "episodes": [e.to_json() for _, _, eps, _ in results for e in eps],
+        "episodes": episodes,
     }
+    if total is not None and len(episodes) < total:
+        report["partial"] = {"episodes_done": len(episodes), "episodes_total": total}
+    return report
 
 
 def result_metrics(results: Sequence[EpisodeResult], wall_s: float = 0.0) -> dict[str, Any]:
@@ -566,6 +593,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
 __all__ = [
     "EpisodeResult",
     "EvalConfig",
+    "EvalInterrupted",
     "ProcessSlot",
     "SlotIsolation",
     "evaluate",

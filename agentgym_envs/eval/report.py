@@ -211,6 +211,22 @@ def _config_items(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(str(k), v if isinstance(v, str) else _json(v)) for k, v in config.items()]
 
 
+def partial_note(report: Mapping[str, Any]) -> str:
+    """For a report of a run that did not finish (``report["partial"]``): how many
+    episodes of how many finished, what stopped the run and how to continue it; ``""``
+    for a finished run."""
+    partial = report.get("partial")
+    if not isinstance(partial, Mapping):
+        return ""
+    done, total = _fixed(0)(partial.get("episodes_done")), _fixed(0)(partial.get("episodes_total"))
+    note = f"partial: {done} of {total} episodes finished"
+    if partial.get("stopped_by"):
+        note += f" (stopped by {partial['stopped_by']})"
+    if partial.get("resume"):
+        note += f"; continue with: {partial['resume']}"
+    return note
+
+
 def _policy_specs(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     listed = report.get("policies")
     specs: dict[str, str] = {}
@@ -274,6 +290,7 @@ def render_markdown(report: Mapping[str, Any], plot_dir: str | None = "plots") -
     out = [
         f"# Evaluation report: {_md_cell(str(suite.get('name', '?')))}",
         "",
+        *([f"**{_md_cell(partial_note(report))}**", ""] if partial_note(report) else []),
         f"- suite version: `{suite.get('version', '-')}` ({_md_cell(str(suite.get('path', '-')))})",
         f"- created: {_md_cell(str(report.get('created', '-')))}; "
         f"agentgym {_md_cell(str(report.get('agentgym_version', '-')))}",
@@ -416,8 +433,10 @@ def _html(report: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         for key, title in _PLOTS
         if key in plots
     )
+    note = partial_note(report)
     sections = [
         f"<h1>Evaluation report: {_e(name)}</h1>",
+        f'<p class="partial"><strong>{_e(note)}</strong></p>' if note else "",
         _header(report),
         "<h2>Success rate by entry</h2>",
         _html_table(*_matrix(report)),
@@ -454,6 +473,9 @@ def write_reports(report: Mapping[str, Any], out_dir: str | Path) -> dict[str, P
     Args:
         report: the report dict of ``agentgym eval`` (schema ``agentgym-eval/1``).
         out_dir: the directory to write into; created if missing.
+
+    A report of a run that did not finish (``report["partial"]``) says so at the top of
+    each page.
 
     Returns:
         The written paths keyed ``json``, ``md``, ``html``, ``pareto``, ``funnel`` and

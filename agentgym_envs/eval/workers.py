@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import signal
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
@@ -111,6 +112,10 @@ class InlineSlot:
 
 def _serve(conn: Connection, factory: EnvFactory) -> None:
     """The worker's loop: build the env, then answer commands until ``close``."""
+    # Ctrl-C reaches the whole process group: the evaluator decides when its workers stop
+    # (it finishes the step and closes them), so Ctrl-C does not turn the episodes in
+    # flight into env errors. SIGTERM still ends a worker (multiprocessing's exit sends it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     env = factory()
     recorder = _recorder(env)
     oracle: Any = None
