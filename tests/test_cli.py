@@ -144,3 +144,22 @@ def test_train_without_torch_says_how_to_install_it(capsys, monkeypatch) -> None
     assert main(["train", "--model", "tiny", "--steps", "1"]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "'transformers.utils' is not installed" in out and TRAIN_INSTALL in out
+
+
+def test_eval_help_says_each_default_once_and_never_none() -> None:
+    """``--trials`` read ``(default: the suite's) (default: None)`` (issue 27)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "agentgym_envs.cli", "eval", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert "--trials" in out and "(default: the suite's)" in out
+    assert "(default: None)" not in out
+    flat = " ".join(out.split())  # argparse wraps lines
+    assert "(default: the suite's) (default:" not in flat
+    assert "(default: 8)" in out  # real defaults are still told

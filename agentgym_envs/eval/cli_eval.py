@@ -43,12 +43,23 @@ PROGRESS_FILE = "progress.log"
 _DEFAULTS: dict[str, Any] = {}  # the parser's defaults of RECORDED
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in the help, except where there is none to tell (None, False,
+    an empty value) or the help already says it (``default: the suite's``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, "", [], ()):
+            return text
+        return super()._get_help_string(action)
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "eval",
         help="evaluate policies on a suite (success with CI, pass@k/pass^k, cost) and "
         "write JSON/markdown/HTML reports",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsFormatter,
     )
     p.add_argument("--suite", default="smoke", help="a shipped suite name or a .yaml path")
     p.add_argument(
