@@ -269,7 +269,7 @@ def snapshot_api(env: gym.Env[Any, Any]) -> Any:
     ):
         raise ConfigError(
             f"{type(inner).__name__} has no snapshot API (get_state/set_state), which "
-            "branch rollouts need; add it (see DESIGN.md section 2) or use --branch none"
+            "branch rollouts need; add it (see docs/architecture.md section 2) or use --branch none"
         )
     return inner
 

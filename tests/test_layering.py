@@ -1,4 +1,4 @@
-"""Dependencies point one way (DESIGN.md section 1), checked on the source with ``ast``.
+"""Dependencies point one way (docs/architecture.md section 1), checked on the source with ``ast``.
 
 * No module of ``agentgym_envs`` imports ``agentgym_trainers``: the trainer depends on the envs,
   never the reverse (``agentgym train`` is added through an entry point).

@@ -68,7 +68,7 @@ class Oracle(Protocol):
 
 
 class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
-    """Base class of every agentgym env. See DESIGN.md section 2 for the contract.
+    """Base class of every agentgym env. See docs/architecture.md section 2 for the contract.
 
     Args:
         render_mode: None or ``"ansi"`` (``render()`` returns the current view as text).
