@@ -108,7 +108,8 @@ class ParsedAction:
 
     def error_info(self, message: str) -> ErrorInfo:
         """``info["error"]`` for this verdict's error (``message`` shown to the agent)."""
-        info: ErrorInfo = {"code": self.error_code or "", "message": message}
+        # a plain str, as every other ``info["error"]["code"]`` (ErrorCode is a str Enum)
+        info: ErrorInfo = {"code": str(self.error_code or ""), "message": message}
         if self.blame is not None:
             info.update(self.blame.info())
         return info

@@ -434,7 +434,6 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
         turn = Turn()
         if parsed.error_code is not None:
             turn.error = parsed.error_info(self._hint(parsed))
-            turn.error["code"] = str(parsed.error_code)  # plain str, as families' own codes
             turn.errors = 1
             return turn
         if parsed.message is not None:
