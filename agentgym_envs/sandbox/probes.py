@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import json
 import math
 import shutil
@@ -205,7 +204,7 @@ def replay(
     calls: Sequence[Mapping[str, Any]],
     *,
     timeout_s: float = REPLAY_TIMEOUT_S,
-) -> tuple[list[Any] | str, ExecResult]:
+) -> list[Any] | str:
     """Make ``calls`` on the code in ``workdir``, in the sandbox; the observations, or why
     there are none (a string). The code in ``workdir`` may be hostile: what it wrote is
     read as data and checked for shape only."""
@@ -220,7 +219,7 @@ def replay(
         stdin=json.dumps(list(calls)),
         read=("results.json",),
     )
-    return _observations(files["results.json"], len(calls), result), result
+    return _observations(files["results.json"], len(calls), result)
 
 
 def _observations(raw: bytes | None, count: int, result: ExecResult) -> list[Any] | str:
@@ -318,7 +317,7 @@ def build(runner: TestRunner, repo: str, work: Path) -> dict[str, Any]:
     for i in range(REPLAYS):
         copy = work / f"replay{i}"
         shutil.copytree(root, copy, ignore=shutil.ignore_patterns("tests", "__pycache__"))
-        observed, _ = replay(runner, copy, package, paths, [_inputs(c) for c in calls])
+        observed = replay(runner, copy, package, paths, [_inputs(c) for c in calls])
         if isinstance(observed, str):
             raise ConfigError(f"replaying {repo}'s calls on its correct code failed: {observed}")
         runs.append(observed)
@@ -384,11 +383,6 @@ def _inputs(call: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in call.items() if k != "test"}
 
 
-def digest(probes: Sequence[Probe]) -> str:
-    blob = json.dumps([[p.test, p.call, p.expected] for p in probes], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def observe(
     runner: TestRunner,
     spaces: WorkspaceManager,
@@ -408,9 +402,7 @@ def observe(
     scratch = spaces.scratch_copy(template)
     try:
         apply_changes(scratch, changes, skip_protected=True)
-        observed, _ = replay(
-            runner, scratch, probes.package, probes.paths, [p.call for p in chosen]
-        )
+        observed = replay(runner, scratch, probes.package, probes.paths, [p.call for p in chosen])
     finally:
         remove_tree(scratch)
     return compare(chosen, observed)

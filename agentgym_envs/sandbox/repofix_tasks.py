@@ -99,8 +99,11 @@ def _original_passing(name: str) -> frozenset[str]:
     return frozenset(t for t, o in run.outcomes.items() if o == "passed")
 
 
-def _probes_see(name: str, changed: Mapping[str, str]) -> bool:
-    """Whether some hidden call observes the bugs (the verdict is by these observations:
+def bugs_seen(
+    name: str, changed: Mapping[str, str], runner: TestRunner | None = None
+) -> probes.Comparison:
+    """The hidden calls replayed on the repository with ``changed`` applied: a task is
+    kept only where some of them observe its bugs (the verdict is by these observations;
     a task whose bugs no call sees could only be graded by the test run)."""
     probe_set = probes.load(name)
     hidden = probe_set.suite("hidden")
@@ -110,9 +113,10 @@ def _probes_see(name: str, changed: Mapping[str, str]) -> bool:
         for relative, text in changed.items():
             (work / relative).write_text(text)
         calls = [p.call for p in hidden]
-        observed, _ = probes.replay(_runner(), work, probe_set.package, probe_set.paths, calls)
-    found = probes.compare(hidden, observed)
-    return found.problem is None and bool(found.differing)
+        observed = probes.replay(
+            runner or _runner(), work, probe_set.package, probe_set.paths, calls
+        )
+    return probes.compare(hidden, observed)
 
 
 def gold_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, str]]:
@@ -189,7 +193,10 @@ def generate(seed: int, difficulty: str, split: str) -> Task | None:
     passing = _original_passing(name)
     fail_to_pass = sorted(t for t in passing if not run.passed(t))
     pass_to_pass = sorted(t for t in passing if run.passed(t))
-    if not fail_to_pass or not pass_to_pass or not _probes_see(name, changed):
+    if not fail_to_pass or not pass_to_pass:
+        return None
+    seen = bugs_seen(name, changed)
+    if seen.problem is not None or not seen.differing:
         return None
     report = _report(difficulty, name, changed, sites)
     edits = [e for p in sorted(changed) for e in gold_edits(p, changed[p], files[p])]

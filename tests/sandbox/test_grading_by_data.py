@@ -11,7 +11,6 @@ import enum
 import fractions
 import io
 import json
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,16 +155,7 @@ def test_the_probes_rebuild_exactly_from_the_fixtures(tmp_path: Path, capsys: An
 
 
 def _bugs_seen(runner: TestRunner, task: Any) -> probes.Comparison:
-    repo = task.spec["repo"]
-    probe_set = probes.load(repo)
-    hidden = probe_set.suite("hidden")
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp) / repo
-        shutil.copytree(tasks.repo_dir(repo), work, ignore=shutil.ignore_patterns("tests"))
-        for relative, text in tasks.mutated_files(task.spec).items():
-            (work / relative).write_text(text)
-        observed, _ = probes.replay(runner, work, repo, probe_set.paths, [p.call for p in hidden])
-    return probes.compare(hidden, observed)
+    return tasks.bugs_seen(task.spec["repo"], tasks.mutated_files(task.spec), runner)
 
 
 def _tasks(every: bool) -> list[Any]:
