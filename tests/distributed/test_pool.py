@@ -30,6 +30,7 @@ from agentgym_envs.distributed.procs import alive, marked, terminate
 from agentgym_envs.eval.evaluate import EvalConfig, compare_episodes, evaluate
 from agentgym_envs.eval.suite import suite_from_spec
 from tests.distributed import sleepy
+from tests.distributed.kills import kill
 from tests.eval import crashy
 
 SOKOBAN = "agentgym/Sokoban-v0"
@@ -230,8 +231,6 @@ def test_an_exiting_actor_costs_only_its_episodes_in_eval(ray_cluster: LocalClus
 
 
 def test_env_exceptions_and_a_killed_actor_end_episodes_as_env_errors(pool: RayEnvPool) -> None:
-    import ray
-
     # an exception of the env itself ends only that episode; the actor lives on
     r = pool.step(0, 'move(direction="up")')  # never reset: the env raises ResetNeeded
     assert r.code is CrashCode.ENV_EXCEPTION and "ResetNeeded" in r.error
@@ -240,7 +239,7 @@ def test_env_exceptions_and_a_killed_actor_end_episodes_as_env_errors(pool: RayE
     for r in pool.reset_many([(i, i, None) for i in range(4)]):
         assert not r.crashed
     first = pool.where(0)["pid"]
-    ray.kill(pool.handle(0))  # slots 0 and 1 live on actor 0
+    kill(pool.handle(0))  # slots 0 and 1 live on actor 0
     results = pool.step_many([(0, 'move(direction="up")'), (2, 'move(direction="up")')])
     dead, fine = results
     assert dead.code is CrashCode.ACTOR_DIED and dead.truncated and not dead.terminated
@@ -263,14 +262,12 @@ def test_snapshots_of_many_slots_and_a_killed_actor_costs_only_its_own(
     """``get_state_many`` sends every slot's snapshot call before waiting for any (the
     rollout runner's checkpoint before each turn); each entry is what ``get_state`` gives,
     and a killed actor's slots get its exception, not the others'."""
-    import ray
-
     for r in pool.reset_many([(i, 10 + i, None) for i in range(4)]):
         assert not r.crashed
     pool.step_many([(i, 'move(direction="up")') for i in range(4)])
     alone = [pool.get_state(i) for i in range(4)]
     assert pool.get_state_many([3, 0, 2, 1]) == [alone[3], alone[0], alone[2], alone[1]]
-    ray.kill(pool.handle(2))  # slots 2 and 3 live on actor 1
+    kill(pool.handle(2))  # slots 2 and 3 live on actor 1
     lost = pool.get_state_many([0, 2, 1, 3])
     assert lost[0] == alone[0] and lost[2] == alone[1]
     assert all(isinstance(x, ActorLost) for x in (lost[1], lost[3])), lost

@@ -18,6 +18,7 @@ from agentgym_envs.core.scratch import default_roots
 from agentgym_envs.distributed import ActorResources, CrashCode, RayEnvPool
 from agentgym_envs.distributed.cluster import LocalCluster
 from agentgym_envs.distributed.procs import alive
+from tests.distributed.kills import kill
 from tests.sandbox.support import needs_bwrap
 from tests.web.support import needs_browser
 
@@ -75,10 +76,9 @@ def check_episode(pool: RayEnvPool, slot: int, want: list[tuple[Any, ...]], seed
 
 def kill_and_check(pool: RayEnvPool, slot: int, children: list[int]) -> None:
     """Kill the slot's actor: its step is an env_error, its processes go with it."""
-    import ray
 
     actor_pid = pool.where(slot)["pid"]
-    ray.kill(pool.handle(slot))
+    kill(pool.handle(slot))
     r = pool.step(slot, "noop")
     assert r.code is CrashCode.ACTOR_DIED and r.info["episode_valid"] is False
     assert gone([actor_pid, *children]), "a killed actor left processes behind"

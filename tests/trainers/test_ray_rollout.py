@@ -36,9 +36,10 @@ from agentgym_trainers.ray_rollout import RayRolloutWorker, ray_worker
 from agentgym_trainers.rollout import RolloutJob, Trajectory
 from agentgym_trainers.run import train
 from agentgym_trainers.trainer import Trainer, env_seed
+from tests.distributed.kills import dead
 from tests.trainers.gated import gated_bandit, wait_for
 from tests.trainers.test_async_rollout import config
-from tests.trainers.test_rollout_ray import cluster_cpus_free, dead
+from tests.trainers.test_rollout_ray import cluster_cpus_free
 
 
 def ray_config(tmp_path: Path, cluster: LocalCluster, **overrides: Any) -> TrainConfig:

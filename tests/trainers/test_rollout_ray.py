@@ -26,6 +26,7 @@ from agentgym_envs.llm.generation import Generator, Sample, SamplingSettings
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_trainers.env_slots import PoolEnvSlots, oracle_script, pool_slots
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
+from tests.distributed.kills import dead
 
 LAKE = "agentgym/FrozenLake-v0"
 SHORT = {"max_steps": 4}  # a random model rarely ends an episode: keep them short
@@ -141,21 +142,6 @@ class KillsAnActor:
             ray.kill(handle, no_restart=True)
             assert dead(handle)  # before the next step is sent
         return self.inner.generate(prompts, max_new, rows)
-
-
-def dead(handle: Any, within_s: float = 60.0) -> bool:
-    """The actor answers no more calls (a call sent just after ``ray.kill`` may still
-    reach it: the kill travels through the cluster's control plane)."""
-    import ray
-
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            ray.get(handle.ping.remote(), timeout=within_s)
-        except ray.exceptions.RayActorError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_an_actor_killed_mid_episode_is_an_env_error_and_the_rollout_goes_on(
