@@ -24,13 +24,22 @@ from agentgym_envs.eval.report import partial_note, write_reports
 if TYPE_CHECKING:
     from agentgym_envs.eval.evaluate import EpisodeResult, EvalConfig
 
-LLM_OPTIONS = ("temperature", "top_p", "max_new_tokens", "device", "max_context", "tool_mode")
+LLM_OPTIONS = (
+    "temperature",
+    "top_p",
+    "max_new_tokens",
+    "device",
+    "max_context",
+    "trim_to",
+    "tool_mode",
+)
 RECORDED = (
     "suite",
     "policy",
     "trials",
     "entries",
     "batch",
+    "max_slots",
     "isolation",
     "envs_per_actor",
     "ray_address",
@@ -70,7 +79,15 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--trials", type=int, help="trials per task (default: the suite's)")
     p.add_argument("--entries", nargs="+", help="only these suite entries")
-    p.add_argument("--batch", type=int, default=8, help="env slots stepped in lockstep")
+    p.add_argument("--batch", type=int, default=8, help="env slots per entry")
+    p.add_argument(
+        "--max-slots",
+        type=int,
+        default=16,
+        help="env slots open at once per policy: entries play side by side while their "
+        "slots fit, all stepped in lockstep, so an LLM policy generates for every entry in "
+        "one batch (--max-slots equal to --batch: one entry at a time)",
+    )
     p.add_argument(
         "--isolation",
         "--backend",
@@ -113,6 +130,12 @@ def add_parser(sub: Any) -> None:
         type=int,
         help="context budget in tokens: older turns are dropped beyond it (openai: "
         "estimates 4 characters per token)",
+    )
+    g.add_argument(
+        "--trim-to",
+        type=float,
+        help="beyond --max-context, drop old turns down to this share of it, and keep them "
+        "dropped while the prompt fits, so cached prompt heads stay valid (policy default 0.5)",
     )
     g.add_argument("--device", help="where an hf: model runs: auto, cpu, cuda, cuda:1 ...")
     g.add_argument(
@@ -168,15 +191,16 @@ def _run(args: argparse.Namespace, recorded: dict[str, Any] | None, console: Con
         suite = suite.with_trials(args.trials)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     out = Path(args.out or Path("runs") / "eval" / f"{suite.name}-{stamp}")
-    if recorded is None:
-        recorded = _new_run(args, out, suite.version, f"{suite.name}-{stamp}")
-    elif recorded["suite_version"] != suite.version:
+    if recorded is not None and recorded["suite_version"] != suite.version:
         raise ConfigError(
             f"--resume continues the run in {out}, which evaluated suite version "
             f"{recorded['suite_version']}; {args.suite} is now version {suite.version}. "
             "Restore the suite file, or start a new run with another --out"
         )
-    config = _config(args, out, recorded["run_id"])
+    run_id = f"{suite.name}-{stamp}" if recorded is None else recorded["run_id"]
+    config = _config(args, out, run_id)  # a bad setting fails before the run folder exists
+    if recorded is None:
+        recorded = _new_run(args, out, suite.version, run_id)
     journal = EpisodeJournal.load(out / JOURNAL_FILE)
     chosen = [e for e in suite.entries if not args.entries or e.name in args.entries]
     total = sum(len(e.jobs(suite.seed, suite.trials)) for e in chosen) * len(args.policy)
@@ -222,6 +246,7 @@ def _config(args: argparse.Namespace, out: Path, run_id: str) -> EvalConfig:
     options = {k: getattr(args, k) for k in LLM_OPTIONS if getattr(args, k) is not None}
     return EvalConfig(
         batch=args.batch,
+        max_slots=args.max_slots,
         isolation=SlotIsolation.parse(args.isolation),
         store=None if args.no_store else str(out / "trajectories.sqlite"),
         run_id=run_id,
@@ -305,7 +330,7 @@ def resume_arguments(args: argparse.Namespace) -> dict[str, Any]:
                 f"--{_dashed(name)} out to resume with the recorded value, or start a new "
                 "run with another --out"
             )
-        setattr(args, name, used.get(name))
+        setattr(args, name, used.get(name, default))  # a run recorded before the argument
     return recorded
 
 

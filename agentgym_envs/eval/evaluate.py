@@ -53,6 +53,9 @@ class EvalConfig:
 
     Attributes:
         batch: env slots per policy and entry, stepped in lockstep.
+        max_slots: env slots open at once per policy: the entries of a suite play side
+            by side while their slots fit (one entry at a time with ``max_slots`` equal
+            to ``batch``), so an LLM policy generates for all of them in one batch.
         isolation: :class:`SlotIsolation` (or its value): ``inline`` (envs in this
             process; exceptions become env errors), ``process`` (one worker process per
             slot; crashes and hangs too) or ``ray`` (slots on Ray actors across a
@@ -68,6 +71,7 @@ class EvalConfig:
     """
 
     batch: int = 8
+    max_slots: int = 16
     isolation: SlotIsolation = SlotIsolation.INLINE
     store: str | None = None
     run_id: str = ""
@@ -79,6 +83,11 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise ConfigError(f"batch must be >= 1, got {self.batch}")
+        if self.max_slots < 1:
+            raise ConfigError(
+                f"max_slots must be >= 1, got {self.max_slots}; it caps the env slots open "
+                "at once (--max-slots 1 plays one episode at a time)"
+            )
         if self.envs_per_actor < 1:
             raise ConfigError(
                 f"envs_per_actor must be >= 1, got {self.envs_per_actor}; e.g. --envs-per-actor 4"
@@ -182,7 +191,7 @@ class _Policies:
         self._llms.clear()
 
 
-# -- one entry ---------------------------------------------------------------------------
+# -- entries played together ---------------------------------------------------------
 
 
 @dataclass
@@ -194,6 +203,249 @@ class _Live:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class EntryPlay:
+    """The jobs of one suite entry to play in :func:`run_entries`, and what came of them.
+
+    Attributes:
+        entry: the suite entry.
+        jobs: the jobs to play (a job with an empty ``task_id`` lets the env draw the
+            task from its seed).
+        on_episode: called with each finished episode and the entry's seconds so far.
+        results: the finished episodes, in job order (filled as they finish).
+        wall_s: seconds from the opening of the entry's env slots to its last finished
+            episode (entries of one run overlap).
+    """
+
+    entry: SuiteEntry
+    jobs: Sequence[Job]
+    on_episode: Callable[[EpisodeResult, float], None] | None = None
+    results: list[EpisodeResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+@dataclass
+class _Lane:
+    """One entry's open env slots within :func:`run_entries`."""
+
+    play: EntryPlay
+    slots: Sequence[Any]
+    policy: Any
+    ids: list[int]  # the policy's slot number of each env slot
+    label: str
+    opened: float
+    pending: deque[tuple[int, Job]]
+    active: dict[int, _Live] = field(default_factory=dict)  # by env slot
+    done: list[tuple[int, EpisodeResult]] = field(default_factory=list)
+
+
+def _lane_size(play: EntryPlay, config: EvalConfig) -> int:
+    return max(1, min(config.batch, len(play.jobs)))
+
+
+def run_entries(
+    plays: Sequence[EntryPlay],
+    policy_spec: str,
+    policies: _Policies,
+    config: EvalConfig,
+    stop: Callable[[], bool] | None = None,
+) -> None:
+    """Play the jobs of several suite entries with one policy, the entries side by side.
+
+    Each entry gets ``min(batch, jobs)`` env slots. Entries open in order while their
+    slots together stay within ``config.max_slots`` (always at least one entry), and
+    each lockstep step asks the policy for the actions of every open entry's live
+    episodes at once: an LLM policy (one model serving every entry) generates for all
+    of them in one batch. Scripted policies get one instance per entry, since they read
+    the entry's envs. When an entry's jobs are all finished its slots close and the
+    next entry opens. Results go to each :class:`EntryPlay`'s ``results`` as episodes
+    finish, so a caller interrupted part way keeps those that did.
+
+    When ``stop()`` turns true (checked after each lockstep step), no episode or entry
+    starts any more and the episodes still running are dropped (the recorder stores no
+    unfinished episode).
+    """
+    queue = deque(plays)
+    lanes: list[_Lane] = []
+    free_ids: list[int] = []  # the shared policy's slot numbers of closed entries
+    next_id = 0
+    shared = policy_spec.startswith(LLM_PREFIXES)
+
+    def stopped() -> bool:
+        return stop is not None and stop()
+
+    def open_lane(play: EntryPlay) -> _Lane:
+        nonlocal next_id
+        entry = play.entry
+        on_ray = config.isolation is SlotIsolation.RAY  # the driver writes what actors record
+        factory = functools.partial(
+            build_env,
+            entry.env_id,
+            dict(entry.env_kwargs),
+            list(entry.wrappers),
+            config.store,
+            policy_spec,
+            "",
+            config.run_id,
+            on_ray,
+        )
+        slots = make_slots(
+            factory,
+            _lane_size(play, config),
+            config.isolation,
+            config.step_timeout_s,
+            env_id=entry.env_id,
+            envs_per_actor=config.envs_per_actor,
+            ray_address=config.ray_address,
+            store=_open_store(config.store) if on_ray and config.store else None,
+        )
+        try:
+            envs = [s.env if isinstance(s, InlineSlot) else s for s in slots]
+            policy = policies.get(policy_spec, envs)
+        except BaseException:
+            for s in slots:
+                s.close()
+            raise
+        if shared:
+            free_ids.sort()
+            ids = [free_ids.pop(0) if free_ids else next_id + i for i in range(len(slots))]
+            next_id = max(next_id, max(ids) + 1)
+        else:
+            ids = list(range(len(slots)))
+        label = policy_spec or str(getattr(policy, "name", ""))
+        lane = _Lane(
+            play, slots, policy, ids, label, time.perf_counter(), deque(enumerate(play.jobs))
+        )
+        lanes.append(lane)
+        for slot in range(len(slots)):
+            start(lane, slot)
+        return lane
+
+    def close_lane(lane: _Lane) -> None:
+        lanes.remove(lane)
+        for s in lane.slots:
+            s.close()
+        if shared:
+            free_ids.extend(lane.ids)
+
+    def finish(lane: _Lane, live: _Live) -> None:
+        ep = live.fold.summary()
+        job, entry = live.job, lane.play.entry
+        result = EpisodeResult(
+            lane.label, entry.name, entry.env_id, job.task_id or ep.task_id, job.trial, job.seed, ep
+        )
+        lane.done.append((live.index, result))
+        lane.done.sort(key=lambda pair: pair[0])
+        lane.play.results[:] = [r for _, r in lane.done]
+        lane.play.wall_s = time.perf_counter() - lane.opened
+        if lane.play.on_episode is not None:
+            lane.play.on_episode(result, lane.play.wall_s)
+
+    def start(lane: _Lane, slot: int) -> None:
+        while lane.pending:
+            index, job = lane.pending.popleft()
+            live = _Live(index, job, EpisodeFold())
+            try:
+                live.obs, live.info = lane.slots[slot].reset(
+                    job.seed, _reset_options(lane.play.entry, job)
+                )
+            except EnvCrashed as exc:
+                live.fold.crash(str(exc))
+                finish(lane, live)
+                continue
+            live.fold.reset(live.info)
+            lane.active[slot] = live
+            lane.policy.reset([lane.ids[slot]])
+            return
+
+    try:
+        while queue or lanes:
+            used = sum(len(lane.slots) for lane in lanes)
+            while (
+                queue
+                and not stopped()
+                and (not lanes or used + _lane_size(queue[0], config) <= config.max_slots)
+            ):
+                used += len(open_lane(queue.popleft()).slots)
+            for lane in [lane for lane in lanes if not lane.active]:
+                close_lane(lane)  # every job ended at its reset
+            if not lanes:
+                if stopped():
+                    break
+                continue
+            actions = _act(lanes)
+            for lane in lanes:
+                _step_lane(lane, actions[id(lane)], finish, start, stopped)
+            for lane in [lane for lane in lanes if not lane.active]:
+                close_lane(lane)
+            if stopped():
+                break
+    finally:
+        for lane in list(lanes):
+            close_lane(lane)
+
+
+def _act(lanes: Sequence[_Lane]) -> dict[int, list[str]]:
+    """The actions of every live episode, one ``act`` call per policy instance (an
+    LLM policy shared by every entry generates for all of them at once)."""
+    groups: dict[int, list[tuple[_Lane, int]]] = {}
+    for lane in lanes:
+        for slot in sorted(lane.active):
+            groups.setdefault(id(lane.policy), []).append((lane, slot))
+    actions: dict[int, list[str]] = {id(lane): [] for lane in lanes}
+    for members in groups.values():
+        policy = members[0][0].policy
+        lives = [lane.active[slot] for lane, slot in members]
+        got = policy.act(
+            [live.obs for live in lives],
+            [live.info for live in lives],
+            [lane.ids[slot] for lane, slot in members],
+        )
+        usage = list(getattr(policy, "last_usage", None) or [])
+        for i, ((lane, _), live, action) in enumerate(zip(members, lives, got, strict=True)):
+            if i < len(usage):
+                u = usage[i]
+                live.fold.usage(u.get("tokens_in", 0), u.get("tokens_out", 0), u.get("failed", 0))
+            actions[id(lane)].append(action)
+    return actions
+
+
+def _step_lane(
+    lane: _Lane,
+    actions: Sequence[str],
+    finish: Callable[[_Lane, _Live], None],
+    start: Callable[[_Lane, int], None],
+    stopped: Callable[[], bool],
+) -> None:
+    """Step every live episode of one entry with its action (all sent before any result
+    is read: in parallel on Ray); finished episodes free their slots for the next job."""
+    order = sorted(lane.active)
+    notes = [
+        {
+            "trial": lane.active[s].job.trial,
+            "entry": lane.play.entry.name,
+            "tokens_in": lane.active[s].fold.tokens_in,
+            "tokens_out": lane.active[s].fold.tokens_out,
+        }
+        for s in order
+    ]
+    results = step_slots([lane.slots[s] for s in order], actions, notes)
+    for slot, result in zip(order, results, strict=True):
+        live = lane.active[slot]
+        fold = live.fold
+        if isinstance(result, EnvCrashed):
+            fold.crash(str(result))
+        else:
+            obs, reward, terminated, truncated, info = result
+            fold.step(reward, terminated, truncated, info)
+            live.obs, live.info = obs, info
+        if fold.done:
+            del lane.active[slot]
+            finish(lane, live)
+            if not stopped():
+                start(lane, slot)
+
+
 def run_entry(
     entry: SuiteEntry,
     jobs: Sequence[Job],
@@ -203,116 +455,12 @@ def run_entry(
     on_episode: Callable[[EpisodeResult], None] | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> list[EpisodeResult]:
-    """Play ``jobs`` of one suite entry with one policy; results in job order.
-
-    A job with an empty ``task_id`` resets with the entry's split and difficulty and
-    lets the env draw the task from the seed (``agentgym run``). When ``stop()`` turns
-    true (checked after each lockstep step), the episodes still running are dropped
-    (the recorder stores no unfinished episode) and the finished ones returned.
-    """
-    env_id = entry.env_id
-    on_ray = config.isolation is SlotIsolation.RAY  # the driver writes what actors record
-    factory = functools.partial(
-        build_env,
-        env_id,
-        dict(entry.env_kwargs),
-        list(entry.wrappers),
-        config.store,
-        policy_spec,
-        "",
-        config.run_id,
-        on_ray,
-    )
-    slots = make_slots(
-        factory,
-        max(1, min(config.batch, len(jobs))),
-        config.isolation,
-        config.step_timeout_s,
-        env_id=env_id,
-        envs_per_actor=config.envs_per_actor,
-        ray_address=config.ray_address,
-        store=_open_store(config.store) if on_ray and config.store else None,
-    )
-    pending: deque[tuple[int, Job]] = deque(enumerate(jobs))
-    active: dict[int, _Live] = {}
-    done: list[tuple[int, EpisodeResult]] = []
-    label = policy_spec
-
-    def finish(live: _Live) -> None:
-        ep = live.fold.summary()
-        job = live.job
-        result = EpisodeResult(
-            label, entry.name, env_id, job.task_id or ep.task_id, job.trial, job.seed, ep
-        )
-        done.append((live.index, result))
-        if on_episode is not None:
-            on_episode(result)
-
-    def start(slot: int) -> None:
-        while pending:
-            index, job = pending.popleft()
-            live = _Live(index, job, EpisodeFold())
-            try:
-                live.obs, live.info = slots[slot].reset(job.seed, _reset_options(entry, job))
-            except EnvCrashed as exc:
-                live.fold.crash(str(exc))
-                finish(live)
-                continue
-            live.fold.reset(live.info)
-            active[slot] = live
-            policy.reset([slot])
-            return
-
-    try:
-        envs = [s.env if isinstance(s, InlineSlot) else s for s in slots]
-        policy = policies.get(policy_spec, envs)
-        label = policy_spec or str(getattr(policy, "name", ""))
-        for slot in range(len(slots)):
-            start(slot)
-        while active:
-            order = sorted(active)
-            actions = policy.act(
-                [active[s].obs for s in order], [active[s].info for s in order], order
-            )
-            usage = list(getattr(policy, "last_usage", None) or [])
-            notes = []
-            for i, slot in enumerate(order):
-                live = active[slot]
-                fold = live.fold
-                if i < len(usage):
-                    u = usage[i]
-                    fold.usage(u.get("tokens_in", 0), u.get("tokens_out", 0), u.get("failed", 0))
-                notes.append(
-                    {
-                        "trial": live.job.trial,
-                        "entry": entry.name,
-                        "tokens_in": fold.tokens_in,
-                        "tokens_out": fold.tokens_out,
-                    }
-                )
-            # every slot's step goes out before any result is read (in parallel on Ray)
-            results = step_slots([slots[s] for s in order], actions, notes)
-            for slot, result in zip(order, results, strict=True):
-                live = active[slot]
-                fold = live.fold
-                if isinstance(result, EnvCrashed):
-                    fold.crash(str(result))
-                else:
-                    obs, reward, terminated, truncated, info = result
-                    fold.step(reward, terminated, truncated, info)
-                    live.obs, live.info = obs, info
-                if fold.done:
-                    del active[slot]
-                    finish(live)
-                    if stop is None or not stop():
-                        start(slot)
-            if stop is not None and stop():
-                break
-    finally:
-        for s in slots:
-            s.close()
-    done.sort(key=lambda pair: pair[0])
-    return [result for _, result in done]
+    """Play ``jobs`` of one suite entry with one policy (:func:`run_entries` of one
+    entry); the finished episodes in job order."""
+    callback = None if on_episode is None else (lambda result, _s: on_episode(result))
+    play = EntryPlay(entry, jobs, callback)
+    run_entries([play], policy_spec, policies, config, stop)
+    return play.results
 
 
 def _reset_options(entry: SuiteEntry, job: Job) -> dict[str, Any]:
@@ -395,10 +543,11 @@ def evaluate(
     interrupted: KeyboardInterrupt | None = None
     try:
         try:
-            for spec, entry, entry_jobs in plan:
+            for spec in policies:
                 if stop is not None and stop():
                     break
-                _play_entry(entry, entry_jobs, spec, built, config, journal, on_episode, stop)
+                mine = [(entry, entry_jobs) for s, entry, entry_jobs in plan if s == spec]
+                _play_policy(spec, mine, built, config, journal, on_episode, stop)
         except KeyboardInterrupt as exc:
             interrupted = exc
         described = [built.describe(spec) for spec in policies]
@@ -411,7 +560,13 @@ def evaluate(
     ]
     total = sum(len(entry_jobs) for _, _, entry_jobs in plan)
     report = build_report(
-        suite, described, config, [r for r in results if r[2]], started, total=total
+        suite,
+        described,
+        config,
+        [r for r in results if r[2]],
+        started,
+        total=total,
+        policy_wall_s={spec: journal.policy_wall_s(spec) for spec in policies},
     )
     if interrupted is not None:
         raise EvalInterrupted(report) from interrupted
@@ -425,32 +580,54 @@ def _jobs(
     return list(entry.jobs(suite.seed, suite.trials) if given is None else given)
 
 
-def _play_entry(
-    entry: SuiteEntry,
-    jobs: Sequence[Job],
+def _play_policy(
     spec: str,
+    entries: Sequence[tuple[SuiteEntry, Sequence[Job]]],
     built: _Policies,
     config: EvalConfig,
     journal: EpisodeJournal,
     on_episode: Callable[[EpisodeResult], None] | None,
     stop: Callable[[], bool] | None,
 ) -> None:
-    """Play the jobs of ``entry`` that ``journal`` does not hold; record each episode
-    with the entry's wall time so far (earlier runs' included)."""
-    todo = [job for job in jobs if not journal.has(spec, job)]
-    if not todo:
-        return
-    before, t0 = journal.wall_s(spec, entry.name), time.perf_counter()
+    """Play the jobs of ``entries`` that ``journal`` does not hold, side by side; record
+    each episode with its entry's and its policy's wall time so far (earlier runs'
+    included)."""
+    policy_before, t0 = journal.policy_wall_s(spec), time.perf_counter()
 
-    def record(result: EpisodeResult) -> None:
-        journal.add(result, before + time.perf_counter() - t0)
+    def policy_clock() -> float:
+        return policy_before + time.perf_counter() - t0
+
+    plays: list[EntryPlay] = []
+    before: dict[str, float] = {}  # each entry's seconds in earlier runs
+    for entry, jobs in entries:
+        todo = [job for job in jobs if not journal.has(spec, job)]
+        if todo:
+            before[entry.name] = journal.wall_s(spec, entry.name)
+            record = _recorder(journal, before[entry.name], policy_clock, on_episode)
+            plays.append(EntryPlay(entry, todo, record))
+    if not plays:
+        return
+    try:
+        run_entries(plays, spec, built, config, stop)
+    finally:
+        journal.set_policy_wall_s(spec, policy_clock())
+        for play in plays:
+            if play.wall_s:
+                journal.set_wall_s(spec, play.entry.name, before[play.entry.name] + play.wall_s)
+
+
+def _recorder(
+    journal: EpisodeJournal,
+    before: float,
+    policy_clock: Callable[[], float],
+    on_episode: Callable[[EpisodeResult], None] | None,
+) -> Callable[[EpisodeResult, float], None]:
+    def record(result: EpisodeResult, seconds: float) -> None:
+        journal.add(result, before + seconds, policy_clock())
         if on_episode is not None:
             on_episode(result)
 
-    try:
-        run_entry(entry, todo, spec, built, config, record, stop)
-    finally:
-        journal.set_wall_s(spec, entry.name, before + time.perf_counter() - t0)
+    return record
 
 
 def build_report(
@@ -461,10 +638,12 @@ def build_report(
     started: float,
     *,
     total: int | None = None,
+    policy_wall_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The report: suite, config, policies, per-entry and overall metrics, episodes;
     with ``total`` (the jobs of the run) and fewer episodes, ``partial`` says how many
-    of them finished."""
+    of them finished. A policy's overall wall time is ``policy_wall_s[policy]`` where
+    given (its entries played side by side), else the sum of its entries'."""
     from agentgym_envs import __version__
 
     rows = []
@@ -500,7 +679,10 @@ def build_report(
         "config": config.to_json(),
         "policies": [dict(p) for p in policies],
         "results": rows,
-        "overall": {p: result_metrics(eps, wall[p]) for p, eps in by_policy.items()},
+        "overall": {
+            p: result_metrics(eps, (policy_wall_s or {}).get(p) or wall[p])
+            for p, eps in by_policy.items()
+        },
         "episodes": episodes,
     }
     if total is not None and len(episodes) < total:
@@ -545,6 +727,8 @@ def replay(
     old = dict(report["config"])
     config = config or EvalConfig(
         batch=old["batch"],
+        # a report from before entries played side by side played them one by one
+        max_slots=old.get("max_slots", old["batch"]),
         isolation=SlotIsolation.parse(old["isolation"]),
         store=None,
         policy_options=old.get("policy_options") or {},

@@ -106,7 +106,8 @@ def job_key(policy: str, job: Job) -> JobKey:
 
 
 class EpisodeJournal:
-    """The finished episodes of one evaluation, and the wall time of each entry.
+    """The finished episodes of one evaluation, and the wall time of each entry and
+    each policy (whose entries play side by side, so its time is not their sum).
 
     Args:
         path: the JSONL file to append to (None: kept in memory only).
@@ -116,6 +117,7 @@ class EpisodeJournal:
         self.path = None if path is None else Path(path)
         self._results: dict[JobKey, EpisodeResult] = {}
         self._wall: dict[tuple[str, str], float] = {}
+        self._policy_wall: dict[str, float] = {}
 
     def __len__(self) -> int:
         return len(self._results)
@@ -137,11 +139,22 @@ class EpisodeJournal:
     def set_wall_s(self, policy: str, entry: str, seconds: float) -> None:
         self._wall[(policy, entry)] = seconds
 
-    def add(self, result: EpisodeResult, wall_s: float) -> None:
-        """Record a finished episode; ``wall_s``: its entry's time so far."""
+    def policy_wall_s(self, policy: str) -> float:
+        """Seconds spent playing ``policy`` (all its entries) over every run that recorded
+        into this journal."""
+        return self._policy_wall.get(policy, 0.0)
+
+    def set_policy_wall_s(self, policy: str, seconds: float) -> None:
+        self._policy_wall[policy] = seconds
+
+    def add(self, result: EpisodeResult, wall_s: float, policy_wall_s: float = 0.0) -> None:
+        """Record a finished episode; ``wall_s``: its entry's time so far;
+        ``policy_wall_s``: its policy's (default: its entry's)."""
         key = (result.policy, result.entry, result.trial, result.seed)
         self._results[key] = result
         self._wall[(result.policy, result.entry)] = wall_s
+        policy_wall_s = policy_wall_s or wall_s
+        self._policy_wall[result.policy] = policy_wall_s
         if self.path is None:
             return
         line = {
@@ -153,6 +166,7 @@ class EpisodeJournal:
             "seed": result.seed,
             "episode_id": result.episode_id,
             "entry_wall_s": wall_s,
+            "policy_wall_s": policy_wall_s,
             "episode": result.episode.to_json(),
         }
         with self.path.open("a", encoding="utf-8") as handle:
@@ -192,6 +206,10 @@ class EpisodeJournal:
         wall = float(row.get("entry_wall_s", 0.0))
         entry = (result.policy, result.entry)
         self._wall[entry] = max(self._wall.get(entry, 0.0), wall)
+        policy_wall = float(row.get("policy_wall_s", 0.0) or wall)
+        self._policy_wall[result.policy] = max(
+            self._policy_wall.get(result.policy, 0.0), policy_wall
+        )
 
 
 def _end_line(path: Path) -> None:

@@ -12,6 +12,12 @@ Every LLM policy keeps one conversation per env slot:
 
 When a conversation does not fit the context, the oldest turns are dropped (never the
 system prompt or the task; the one-shot exchange goes only when nothing else is left).
+Dropping shifts every later turn, so whatever a cache held of the prompt (the local
+policy's KV cache, a server's prefix cache) is read again from the first dropped turn
+on. To pay that once per several turns rather than on every turn, a trim drops enough to
+bring the prompt down to ``trim_to`` of the budget, and the next turns keep the same
+dropped turns for as long as the prompt fits (on WebShop, 1,000-token pages in an
+8k context: one 12k-token re-read every turn became one every four turns).
 
 The same module converts between the env's action text and OpenAI ``tool_calls``, both
 ways, for the OpenAI-compatible client and server.
@@ -27,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.pyast import AST_LOCK
 from agentgym_envs.llm.chat import Message
 
@@ -285,11 +292,22 @@ class ChatHistories:
         one_shot: add the one-shot example exchange (see the module docstring).
         native: render tool calls as OpenAI ``tool_calls`` + ``tool`` messages (else
             the action text is the assistant message and observations are user messages).
+        trim_to: when the prompt outgrows the budget, drop the oldest turns until it
+            fills at most this share of the budget (0 < trim_to <= 1; 1 drops as few as
+            fit, and then again on nearly every turn).
+
+    Raises:
+        ConfigError: ``trim_to`` outside (0, 1].
     """
 
-    def __init__(self, *, one_shot: bool = True, native: bool = False) -> None:
+    def __init__(
+        self, *, one_shot: bool = True, native: bool = False, trim_to: float = 0.5
+    ) -> None:
+        if not isinstance(trim_to, int | float) or not 0 < trim_to <= 1:
+            raise ConfigError(f"trim_to must be a share of the budget in (0, 1], got {trim_to!r}")
         self.one_shot = one_shot
         self.native = native
+        self.trim_to = float(trim_to)
         self._slots: dict[int, Conversation] = {}
 
     def reset(self, slots: Sequence[int]) -> None:
@@ -338,31 +356,30 @@ class ChatHistories:
     def fit(
         self, slot: int, count: Callable[[list[Message]], int], budget: int | None
     ) -> tuple[list[Message], bool]:
-        """The slot's messages, dropping the oldest turns until ``count`` <= ``budget``.
+        """The slot's messages, without the oldest turns when ``count`` exceeds ``budget``.
 
-        System prompt, task and the newest turn (it holds the current observation) are
-        always kept; the one-shot exchange is dropped only when nothing else is left. The
-        token count only grows with the number of kept turns, so a binary search needs
-        about log2(turns) renders instead of one per turn.
+        The turns the last prompt dropped stay dropped while the prompt fits; when it
+        outgrows the budget, the fewest further turns go that bring it down to
+        ``trim_to`` of the budget (all but the newest when none does). System prompt, task
+        and the newest turn (it holds the current observation) are always kept; the
+        one-shot exchange is dropped only when nothing else is left. The token count
+        only grows with the number of kept turns, so a binary search needs about
+        log2(turns) renders instead of one per turn.
 
         Returns:
             ``(messages, fits)``; ``fits`` is False when even the kept messages exceed
             the budget (the caller decides how to cut further).
         """
         conv = self._slots[slot]
-        full = self.messages(slot)
-        if budget is None or count(full) <= budget:
-            conv.dropped = 0
-            return full, True
         # the newest turn holds the current observation: it is always kept
         most = max(0, len(conv.turns) - 1)
-        low, high = min(1, most), most  # search the fewest dropped turns that fit
-        while low < high:
-            mid = (low + high) // 2
-            if count(self.messages(slot, mid)) <= budget:
-                high = mid
-            else:
-                low = mid + 1
+        kept = min(conv.dropped, most)
+        messages = self.messages(slot, kept)
+        if budget is None or count(messages) <= budget:
+            conv.dropped = 0 if budget is None else kept
+            return (self.messages(slot) if budget is None else messages), True
+        start = max(kept, min(1, most))
+        low = self._fewest_dropped(slot, count, int(budget * self.trim_to), start, most)
         conv.dropped = low
         messages = self.messages(slot, low)
         if count(messages) <= budget:
@@ -370,3 +387,16 @@ class ChatHistories:
         conv.dropped = most
         bare = conv.messages(most, False, self.native)
         return bare, count(bare) <= budget
+
+    def _fewest_dropped(
+        self, slot: int, count: Callable[[list[Message]], int], limit: int, low: int, high: int
+    ) -> int:
+        """The fewest dropped turns in ``[low, high]`` that bring ``count`` to ``limit``
+        (``high`` when none does)."""
+        while low < high:
+            mid = (low + high) // 2
+            if count(self.messages(slot, mid)) <= limit:
+                high = mid
+            else:
+                low = mid + 1
+        return low

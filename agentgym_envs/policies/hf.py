@@ -231,6 +231,10 @@ class HFPolicy:
             (seed, the slot's episode seed, turn), so it does not depend on the batch.
         max_context: the context budget in tokens (default: the model's maximum).
         one_shot: add the one-shot example exchange (small models need it).
+        trim_to: when the history outgrows ``max_context``, drop turns down to this share
+            of it and keep them dropped while it fits: each trim makes the KV cache read
+            the kept turns again, so trimming a little on every turn costs a full re-read
+            per turn (see :class:`~.chat.ChatHistories`).
         dtype: parameter dtype (default float32 on CPU, bfloat16 on CUDA).
         kv_reuse: keep each slot's KV cache between turns and decode rows one at a time
             (default: on for CPU, where re-reading histories dominates; off on CUDA,
@@ -253,12 +257,14 @@ class HFPolicy:
         dtype: torch.dtype | None = None,
         kv_reuse: bool | None = None,
         lm: LocalLM | None = None,
+        trim_to: float = 0.5,
     ) -> None:
         if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
             raise ConfigError(
                 "expected temperature >= 0, 0 < top_p <= 1 and max_new_tokens >= 1, got "
                 f"temperature={temperature}, top_p={top_p}, max_new_tokens={max_new_tokens}"
             )
+        self._chats = ChatHistories(one_shot=one_shot, trim_to=trim_to)  # checks trim_to
         self._owns_lm = lm is None
         self.lm = (
             lm if lm is not None else LocalLM(model, device=device, dtype=dtype, kv_reuse=kv_reuse)
@@ -285,11 +291,11 @@ class HFPolicy:
             "seed": seed,
             "max_context": self.max_context,
             "one_shot": one_shot,
+            "trim_to": trim_to,
             "template_tools": self.lm.template_tools,
             "kv_reuse": self.lm.kv_reuse,
         }
         self.last_usage: list[dict[str, float]] = []
-        self._chats = ChatHistories(one_shot=one_shot)
 
     def reset(self, indices: Sequence[int]) -> None:
         """Start fresh chats for these slots."""
@@ -345,7 +351,7 @@ class HFPolicy:
 
     def close(self) -> None:
         """Forget all chats and free the model unless it was passed in (idempotent)."""
-        self._chats = ChatHistories(one_shot=self._chats.one_shot)
+        self._chats = ChatHistories(one_shot=self._chats.one_shot, trim_to=self._chats.trim_to)
         self.last_usage = []
         if self._owns_lm:
             self.lm.close()

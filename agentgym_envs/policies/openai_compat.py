@@ -77,6 +77,9 @@ class OpenAIPolicy:
             episode seed and the turn, so replies do not depend on batch composition).
         max_context: prompt budget in *estimated* tokens (4 characters per token); the
             oldest turns are dropped beyond it. None: send the whole history.
+        trim_to: when the history outgrows ``max_context``, drop turns down to this share
+            of it, and keep them dropped while it fits, so a server's prefix cache keeps
+            serving the same prompt head (see :class:`~.chat.ChatHistories`).
         one_shot: add the one-shot example exchange; default: on in text mode only.
         extra_body: more fields for every request (e.g. ``{"stop": ["\\n\\n"]}``).
 
@@ -103,6 +106,7 @@ class OpenAIPolicy:
         max_context: int | None = None,
         one_shot: bool | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        trim_to: float = 0.5,
     ) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(
@@ -140,6 +144,7 @@ class OpenAIPolicy:
             "seed": seed,
             "max_context": max_context,
             "one_shot": one_shot,
+            "trim_to": trim_to,
             "extra_body": self.extra_body,
         }
         self.last_usage: list[dict[str, float]] = []
@@ -156,7 +161,9 @@ class OpenAIPolicy:
             retry_status=_RETRY_STATUS,
             jitter_seed=seed,
         )
-        self._chats = ChatHistories(one_shot=one_shot, native=tool_mode == "native")
+        self._chats = ChatHistories(
+            one_shot=one_shot, native=tool_mode == "native", trim_to=trim_to
+        )
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai")
         self._lock = threading.Lock()
         self._closed = False

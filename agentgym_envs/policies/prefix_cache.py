@@ -75,10 +75,12 @@ class PrefixCacheGenerator:
         eos_ids: set[int],
         picks: Sequence[Picker],
     ) -> list[list[int]]:
-        """One reply per slot: each row reads only what its cache lacks, then all rows
-        decode together (one forward per token for the whole batch: on a CPU a step
-        costs about the same at batch 8 as at batch 1, since it is bound by reading the
-        weights).
+        """One reply per slot: each row reads only what its cache lacks, then rows of
+        similar length decode together (one forward per token for the group: on a CPU a
+        step costs about the same at batch 8 as at batch 1, since it is bound by reading
+        the weights; but every row of a group is padded to its longest, and a 600-token
+        game beside an 8,000-token web page would read and copy 13 times its own cache
+        at every token, so :func:`length_groups` keeps such rows apart).
 
         The rows' caches have different lengths; the batch cache left-pads them with
         masked zeros and every row keeps its own position ids, so each row computes
@@ -94,7 +96,18 @@ class PrefixCacheGenerator:
                 # visible at once, so the next rows can start from this prompt's prefix
                 self._slots[slot] = (list(ids), prefilled[-1][0])
             caches = [c for c, _ in prefilled]
-            outs = self._decode(caches, [lg for _, lg in prefilled], max_new, eos_ids, picks)
+            outs: list[list[int]] = [[] for _ in caches]
+            for group in length_groups([c.get_seq_length() for c in caches]):
+                mine = [caches[i] for i in group]
+                got = self._decode(
+                    mine,
+                    [prefilled[i][1] for i in group],
+                    [max_new[i] for i in group],
+                    eos_ids,
+                    [picks[i] for i in group],
+                )
+                for i, cache, out in zip(group, mine, got, strict=True):
+                    caches[i], outs[i] = cache, out
         for slot, ids, cache, out in zip(slots, prompts, caches, outs, strict=True):
             # the cache holds the prompt and every sampled token but the last
             self._slots[slot] = ([*ids, *out[:-1]], cache)
@@ -197,6 +210,20 @@ class PrefixCacheGenerator:
                 own.update(k, v, layer)
             caches[i] = own
         return outs
+
+
+def length_groups(lengths: Sequence[int], slack: float = 1.5, floor: int = 512) -> list[list[int]]:
+    """Indices of ``lengths`` in groups that decode together: sorted by length, a group
+    takes rows while the longest stays within ``slack`` times its shortest (or
+    ``floor`` tokens, below which padding costs little)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] <= max(lengths[groups[-1][0]] * slack, floor):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def _copy_prefix(cache: Any, length: int) -> Any:

@@ -171,6 +171,19 @@ def test_oracle_and_random_on_a_suite_and_exact_replay() -> None:
     again, diffs = replay(report, EvalConfig(batch=2))
     assert diffs == []
     assert [e["reward"] for e in again["episodes"]] == [e["reward"] for e in report["episodes"]]
+    # ... and so is one entry at a time (max_slots = batch) instead of side by side
+    one_by_one, diffs = replay(report, EvalConfig(batch=2, max_slots=2))
+    assert diffs == [] and one_by_one["config"]["max_slots"] == 2
+    assert report["config"]["max_slots"] == 16
+
+
+def test_a_bad_max_slots_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="max_slots must be >= 1.*--max-slots 1"):
+        EvalConfig(max_slots=0)
+    out = tmp_path / "run"
+    assert main(["eval", "--suite", "smoke", "--policy", "oracle", "--max-slots", "0",
+                 "--out", str(out)]) == 2  # fmt: skip
+    assert not out.exists()  # refused before the run folder was made
 
 
 def test_replay_reports_a_difference() -> None:

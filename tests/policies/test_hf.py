@@ -90,6 +90,17 @@ def test_kv_reuse_reads_only_new_tokens_and_matches_a_fresh_read(tiny_folder: st
     assert prefix.reused_tokens > prefix.fed_tokens > 0
 
 
+def test_rows_of_very_different_lengths_decode_in_separate_groups() -> None:
+    from agentgym_envs.policies.prefix_cache import length_groups
+
+    # a game beside a web page: padded together, the game would read the page's length
+    assert length_groups([600, 8000, 650, 7000, 3000]) == [[0, 2], [4], [3, 1]]
+    assert length_groups([100, 400, 500]) == [[0, 1, 2]]  # short rows: padding is cheap
+    assert length_groups([]) == []
+    groups = length_groups([5, 900, 1400, 1300, 2100, 40])
+    assert sorted(i for g in groups for i in g) == list(range(6))  # every row, once
+
+
 def test_sampling_follows_the_seed(tiny_folder: str) -> None:
     def sample(seed: int, temperature: float = 1.0) -> list[list[str]]:
         policy = HFPolicy(
@@ -123,7 +134,59 @@ def test_long_histories_are_trimmed(tiny_folder: str) -> None:
     assert wide.last_usage[0]["tokens_in"] > budget
 
 
+def test_a_trim_is_kept_until_it_is_outgrown_so_cached_prompts_stay_valid() -> None:
+    """Past the budget, turns go until the prompt fills ``trim_to`` of it; the next
+    turns keep that cut (each prompt extends the last) until the budget is hit again."""
+    chats = ChatHistories(one_shot=False)  # trim_to 0.5
+
+    def count(messages: list[dict[str, Any]]) -> int:
+        return sum(len(m["content"]) for m in messages)
+
+    budget = 1 + 4 + 10 * 6  # system, task and 10 turns of 6 characters
+    chats.observe(0, "task", _reset_info())
+    prompts, drops = [], []
+    for i in range(30):
+        chats.record(0, f"a{i}")
+        chats.observe(0, f"obs{i}", {})
+        messages, fits = chats.fit(0, count, budget)
+        assert fits and count(messages) <= budget and messages[-1]["content"] == f"obs{i}"
+        prompts.append(messages)
+        drops.append(chats[0].dropped)
+    assert drops[:10] == [0] * 10  # everything fits
+    trims = [i for i in range(1, 30) if drops[i] != drops[i - 1]]
+    for i in trims:  # a trim brings the prompt down to half the budget
+        assert count(prompts[i]) <= budget // 2 < count(prompts[i - 1]) + 6
+    # between two trims each prompt is the one before plus a turn: a cache keeps serving
+    for i in set(range(11, 30)) - set(trims):
+        assert prompts[i][: len(prompts[i - 1])] == prompts[i - 1]
+    assert len(trims) == 4, drops  # 20 turns past the budget, 5 turns between trims
+    minimal = ChatHistories(one_shot=False, trim_to=1.0)
+    minimal.observe(0, "task", _reset_info())
+    moved = 0
+    for i in range(30):
+        minimal.record(0, f"a{i}")
+        minimal.observe(0, f"obs{i}", {})
+        before = minimal[0].dropped
+        minimal.fit(0, count, budget)
+        moved += minimal[0].dropped != before
+    assert moved == 20  # trimming as little as fits shifts the prompt on every turn
+
+
+def test_trimming_to_half_the_budget_reads_fewer_prompt_tokens(tiny_folder: str) -> None:
+    fed = {}
+    for trim_to in (0.5, 1.0):
+        policy = HFPolicy(
+            tiny_folder, device="cpu", max_new_tokens=8, max_context=1000, trim_to=trim_to
+        )
+        _play(policy, 14, seeds=(0,))
+        assert policy.conversation(0).dropped > 0 and policy.spec["trim_to"] == trim_to
+        fed[trim_to] = policy.lm._prefix.fed_tokens
+    assert fed[0.5] < 0.7 * fed[1.0], fed
+
+
 def test_bad_settings_raise(tiny_folder: str) -> None:
+    with pytest.raises(ConfigError, match="trim_to must be a share"):
+        HFPolicy(tiny_folder, device="cpu", trim_to=0)
     with pytest.raises(ConfigError, match="max_context"):
         HFPolicy(tiny_folder, device="cpu", max_new_tokens=64, max_context=64)
     with pytest.raises(ConfigError, match="temperature"):
@@ -140,7 +203,7 @@ def _reset_info(system: str = "S", seed: int = 7) -> dict[str, Any]:
 
 
 def test_histories_fit_keeps_head_and_newest_turn() -> None:
-    chats = ChatHistories(one_shot=False)
+    chats = ChatHistories(one_shot=False, trim_to=1.0)  # drop as few turns as fit
     chats.observe(0, "task", _reset_info())
     for i in range(10):
         chats.record(0, f"a{i}")
@@ -243,3 +306,50 @@ def test_smollm2_writes_parseable_tool_calls(smollm2: Any) -> None:
         assert parsed.error_code is None and parsed.calls, action
         assert env.step(action)[4]["error"] == {}
         env.close()
+
+
+# --------------------------------------------------------------------------- in the evaluator
+
+
+def test_the_evaluator_batches_every_entry_for_one_llm_policy(
+    tiny_folder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries play side by side within ``max_slots``: the model generates for all of
+    their live episodes in one ``act``; ``max_slots`` equal to ``batch`` plays one entry
+    at a time, as before."""
+    from agentgym_envs.eval.evaluate import EvalConfig, evaluate
+    from agentgym_envs.eval.suite import suite_from_spec
+
+    suite = suite_from_spec(
+        {
+            "name": "three-games",
+            "trials": 1,
+            "entries": [
+                {"name": n, "env": n, "split": "test", "difficulty": "easy", "tasks": 2,
+                 "env_kwargs": {"max_steps": 3}}
+                for n in ("Sokoban", "FrozenLake", "Dungeon")
+            ],
+        }
+    )  # fmt: skip
+    rows: list[list[str]] = []
+    act = HFPolicy.act
+
+    def spy(self: HFPolicy, observations: Any, infos: Any, slots: Any = None) -> list[str]:
+        actions = act(self, observations, infos, slots)
+        rows.append([self.conversation(s).system.split("\n")[0] for s in slots or ()])
+        return actions
+
+    monkeypatch.setattr(HFPolicy, "act", spy)
+    widths = {}
+    for max_slots in (16, 4, 2):
+        rows.clear()
+        config = EvalConfig(batch=2, max_slots=max_slots, policy_options={"max_new_tokens": 4})
+        report = evaluate(suite, [f"hf:{tiny_folder}"], config)
+        assert len(report["episodes"]) == 6 and "partial" not in report
+        widths[max_slots] = (max(map(len, rows)), max(len(set(r)) for r in rows))
+        entries = report["results"]
+        overall = report["overall"][f"hf:{tiny_folder}"]["wall_s"]
+        # entries overlap: the policy's time is its run's, not the sum of its entries'
+        assert all(0 < r["metrics"]["wall_s"] <= overall for r in entries)
+    # (rows per act, distinct envs per act)
+    assert widths == {16: (6, 3), 4: (4, 2), 2: (2, 1)}, widths
