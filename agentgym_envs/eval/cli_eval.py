@@ -185,7 +185,10 @@ def _run(args: argparse.Namespace, recorded: dict[str, Any] | None, console: Con
     from agentgym_envs.eval.evaluate import EvalInterrupted, evaluate
     from agentgym_envs.eval.journal import EpisodeJournal
     from agentgym_envs.eval.suite import load_suite
+    from agentgym_envs.integrations.extras import optional_imports
 
+    with optional_imports("agentgym eval's report plots"):  # before any episode, not after
+        import matplotlib  # noqa: F401
     suite = load_suite(args.suite)
     if args.trials is not None:
         suite = suite.with_trials(args.trials)

@@ -728,7 +728,7 @@ def replay(
     config = config or EvalConfig(
         batch=old["batch"],
         # a report from before entries played side by side played them one by one
-        max_slots=old.get("max_slots", old["batch"]),
+        max_slots=int(old.get("max_slots") or old["batch"]),
         isolation=SlotIsolation.parse(old["isolation"]),
         store=None,
         policy_options=old.get("policy_options") or {},

@@ -175,10 +175,13 @@ def test_oracle_and_random_on_a_suite_and_exact_replay() -> None:
     one_by_one, diffs = replay(report, EvalConfig(batch=2, max_slots=2))
     assert diffs == [] and one_by_one["config"]["max_slots"] == 2
     assert report["config"]["max_slots"] == 16
+    del report["config"]["max_slots"]  # a report from before entries played side by side
+    older, diffs = replay(report)
+    assert diffs == [] and older["config"]["max_slots"] == older["config"]["batch"] == 3
 
 
 def test_a_bad_max_slots_names_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="max_slots must be >= 1.*--max-slots 1"):
+    with pytest.raises(ConfigError, match=r"max_slots must be >= 1.*--max-slots 1"):
         EvalConfig(max_slots=0)
     out = tmp_path / "run"
     assert main(["eval", "--suite", "smoke", "--policy", "oracle", "--max-slots", "0",

@@ -143,6 +143,7 @@ def test_the_cli_names_the_missing_extra(
     assert run.returncode not in (0, 1), output[-3000:]  # 1 is Python's for a traceback
     assert "Traceback" not in output, output[-3000:]
     assert _pip(extra) in " ".join(output.split()), output[-3000:]  # rich wraps lines
+    assert "episode 1/" not in output, output[-3000:]  # refused before playing, not after
 
 
 @pytest.mark.parametrize(
