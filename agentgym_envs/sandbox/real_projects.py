@@ -1,0 +1,557 @@
+"""Real open-source projects for RepoFix: pinned source archives, fetched once, verified,
+and laid out as RepoFix repositories.
+
+The pinned list (``tasks/sandbox/real_projects.jsonl``) holds one project per line: its
+name and version on the package registry, the sha256 of its source distribution, its
+license and, where the layout is not the usual one, where its code and tests are. The
+first use downloads each archive from the package index pip is set up for (as a file:
+nothing of it is built or run), refuses one whose hash differs, and keeps it in the cache
+(``$AGENTGYM_CACHE/real-projects``); nothing else is ever fetched, and an episode never
+touches the network.
+
+:func:`stage` lays a project out as a RepoFix repository: its importable code as
+shipped, its own test suite under ``tests/hidden`` (never visible in the sandbox), its
+license file and a ``SOURCE.json`` that says where the code comes from. :func:`baseline`
+runs that suite in the sandbox twice on the pristine code and keeps the tests that pass
+both times within a time cap: only those can tell a bug from a flake.
+
+Command line (each step does the ones before it that are missing)::
+
+    python -m agentgym_envs.sandbox.real_projects fetch [NAME ...]
+    python -m agentgym_envs.sandbox.real_projects baseline [NAME ...] --log build.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError, did_you_mean
+
+PINNED = "sandbox/real_projects.jsonl"  # under the tasks root
+LICENSE_NAMES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENSE.rst", "COPYING", "LICENCE")
+TEST_DIRS = ("tests", "test", "testing")
+BASELINE_RUNS = 2
+BASELINE_TIMEOUT_S = 120.0
+DOWNLOAD_TIMEOUT_S = 300.0
+STAGE_VERSION = 1  # of the staged layout: a new one stages every project again
+PYPROJECT = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["."]\n'
+"""pytest's settings of a staged project: its code imports from the repository root."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """One pinned project.
+
+    Attributes:
+        name: the distribution's name on the package registry.
+        version: the pinned version.
+        sha256: hash of its source archive.
+        license: SPDX identifier.
+        root: folder of the archive that goes on ``sys.path`` ("" or ``src``...).
+        packages: the importable top-level packages or modules (default: found).
+        tests: test folders or files of the archive (default: found).
+        license_file: the license's path in the archive (default: found).
+    """
+
+    name: str
+    version: str
+    sha256: str
+    license: str
+    root: str = ""
+    packages: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ()
+    license_file: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+def pinned_path() -> Path:
+    from agentgym_envs.core.tasks import tasks_root
+
+    return tasks_root() / PINNED
+
+
+def load_projects(path: str | Path | None = None) -> list[Project]:
+    """The pinned projects, in file order.
+
+    Raises:
+        ConfigError: a line that is not a project (its number and what is wrong).
+    """
+    path = Path(path) if path is not None else pinned_path()
+    known = {f.name for f in dataclasses.fields(Project)}
+    projects: list[Project] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where} is not JSON ({exc}); one project object per line") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - known)
+        missing = [k for k in ("name", "version", "sha256", "license") if not data.get(k)]
+        if unknown or missing:
+            raise ConfigError(
+                f"{where}: unknown fields {unknown} or missing fields {missing}; a project "
+                f'line reads {{"name": ..., "version": ..., "sha256": ..., "license": ...}} '
+                f"with optional {sorted(known - {'name', 'version', 'sha256', 'license'})}"
+            )
+        sha = str(data["sha256"]).lower()
+        if len(sha) != 64 or set(sha) - set("0123456789abcdef"):
+            raise ConfigError(f"{where}: sha256 must be 64 hex digits, got {data['sha256']!r}")
+        for many in ("packages", "tests"):
+            data[many] = tuple(data.get(many) or ())
+        projects.append(Project(**{**data, "sha256": sha}))
+    names = [p.name for p in projects]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"{path} pins {twice} more than once; keep one line per project")
+    return projects
+
+
+def project(name: str, projects: Sequence[Project] | None = None) -> Project:
+    """The pinned project called ``name``."""
+    projects = load_projects() if projects is None else projects
+    for p in projects:
+        if p.name == name:
+            return p
+    names = [p.name for p in projects]
+    raise ConfigError(f"no pinned project {name!r}.{did_you_mean(name, names)}")
+
+
+# -- fetching -------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    from agentgym_envs.llm.models import cache_root
+
+    return cache_root() / "real-projects"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch(p: Project) -> Path:
+    """The project's source archive in the cache, downloaded first if missing.
+
+    The archive is found on the package index pip uses (``$PIP_INDEX_URL``, pip's
+    ``global.index-url``, else PyPI) through its simple API, and downloaded as a file:
+    nothing of it is built or run. Its hash must be the pinned one.
+
+    Raises:
+        ConfigError: the index has no such archive, the download failed, or the hash
+            differs from the pinned one.
+    """
+    folder = cache_dir() / "archives"
+    if folder.is_dir():
+        for cached in sorted(folder.iterdir()):
+            if _names_project(cached.name, p) and sha256_of(cached) == p.sha256:
+                return cached
+    folder.mkdir(parents=True, exist_ok=True)
+    name, url = _archive_url(p)
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=folder) as tmp:
+        part = Path(tmp) / name
+        try:
+            with (
+                urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
+                part.open("wb") as handle,
+            ):
+                shutil.copyfileobj(response, handle)
+        except OSError as exc:
+            raise ConfigError(f"downloading {url} failed ({exc}); check the network") from None
+        digest = sha256_of(part)
+        if digest != p.sha256:
+            raise ConfigError(
+                f"the source archive of {p.key} ({url}) has sha256 {digest}, but "
+                f"{PINNED} pins {p.sha256}: the index serves a different file. It is not "
+                "used; check the index, or pin the new hash after reviewing the archive"
+            )
+        final = folder / name
+        os.replace(part, final)
+    return final
+
+
+SDIST_SUFFIXES = (".tar.gz", ".zip")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _names_project(filename: str, p: Project) -> bool:
+    """Whether ``filename`` is the source archive of ``p`` (``name-version.tar.gz``)."""
+    stem = next((filename[: -len(s)] for s in SDIST_SUFFIXES if filename.endswith(s)), None)
+    if stem is None or "-" not in stem:
+        return False
+    name, _, version = stem.rpartition("-")
+    return _normal(name) == _normal(p.name) and version == p.version
+
+
+def index_url() -> str:
+    """The package index pip is set up for (``$PIP_INDEX_URL``, pip's
+    ``global.index-url``), else PyPI's simple API."""
+    explicit = os.environ.get("PIP_INDEX_URL", "").strip()
+    if explicit:
+        return explicit.rstrip("/")
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        configured = run.stdout.strip() if run.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        configured = ""
+    return (configured or "https://pypi.org/simple").rstrip("/")
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.links.append(href)
+
+
+def _archive_url(p: Project) -> tuple[str, str]:
+    """(file name, URL) of the project's source archive on the index."""
+    page = f"{index_url()}/{_normal(p.name)}/"
+    read = page + "index.html" if page.startswith("file:") else page  # a local index folder
+    try:
+        with urllib.request.urlopen(read, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            text = response.read().decode("utf-8", "replace")
+    except OSError as exc:
+        raise ConfigError(
+            f"reading the index page {page} failed ({exc}); check the network"
+        ) from None
+    parser = _Links()
+    parser.feed(text)
+    for href in parser.links:
+        url = urllib.parse.urljoin(page, href)
+        name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        if _names_project(name, p):
+            return name, url.split("#", 1)[0]
+    raise ConfigError(
+        f"the index {page} lists no source archive of {p.key} (.tar.gz or .zip); check the "
+        "name and version on its line of the pinned list"
+    )
+
+
+def _extract(archive: Path, dest: Path) -> Path:
+    """Unpack ``archive`` into the empty folder ``dest``; its single top folder.
+
+    Refuses members that would land outside ``dest`` (absolute paths, ``..``, links)."""
+    if archive.suffix == ".zip":
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                _safe_member(info.filename, archive)
+            zf.extractall(dest)
+    else:
+        with tarfile.open(archive) as tf:
+            members = []
+            for member in tf.getmembers():
+                _safe_member(member.name, archive)
+                if member.issym() or member.islnk():
+                    continue  # no links: a project's code and tests are plain files
+                if member.isfile() or member.isdir():
+                    members.append(member)
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: one more guard
+                tf.extractall(dest, members=members, filter="data")
+            else:  # pragma: no cover - older 3.11 patch releases
+                tf.extractall(dest, members=members)
+    tops = [d for d in dest.iterdir() if d.is_dir()]
+    if len(tops) != 1:
+        raise ConfigError(f"{archive.name} does not hold one top folder: {[d.name for d in tops]}")
+    return tops[0]
+
+
+def _safe_member(name: str, archive: Path) -> None:
+    parts = Path(name).parts
+    if name.startswith(("/", "\\")) or ".." in parts:
+        raise ConfigError(f"{archive.name} holds a member outside its folder: {name!r}")
+
+
+def source(p: Project) -> Path:
+    """The project's unpacked archive (read-only, in the cache)."""
+    final = cache_dir() / "sources" / p.key
+    if (final / ".complete").is_file():
+        return final / "tree"
+    archive = fetch(p)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{p.key}-", dir=final.parent))
+    try:
+        top = _extract(archive, build / "unpack")
+        top.rename(build / "tree")
+        (build / ".complete").write_text(p.sha256 + "\n")
+        _read_only(build / "tree")
+        shutil.rmtree(final, ignore_errors=True)
+        build.rename(final)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return final / "tree"
+
+
+def _read_only(root: Path) -> None:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o444)
+        os.chmod(folder, 0o555)
+
+
+# -- layout ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a project's parts are in its archive."""
+
+    root: str
+    packages: tuple[str, ...]
+    tests: tuple[str, ...]
+    license_file: str
+
+
+def layout(p: Project, tree: Path) -> Layout:
+    """The project's layout: the pinned fields, else found in ``tree``.
+
+    Raises:
+        ConfigError: no package, no tests or no license file found (pin them).
+    """
+    root = p.root or ("src" if (tree / "src").is_dir() else "")
+    base = tree / root
+    packages = p.packages or tuple(
+        sorted(
+            d.name if d.is_dir() else d.stem
+            for d in base.iterdir()
+            if (d.is_dir() and (d / "__init__.py").is_file() and d.name not in TEST_DIRS)
+            or (
+                d.suffix == ".py"
+                and d.name not in ("setup.py", "conftest.py", "noxfile.py", "fabfile.py")
+                and not d.name.startswith("test")
+            )
+        )
+    )
+    tests = p.tests or tuple(
+        t
+        for t in [*TEST_DIRS, *(f"{root}/{pkg}/tests".lstrip("/") for pkg in packages)]
+        if (tree / t).is_dir()
+    )
+    license_file = p.license_file or next(
+        (n for n in LICENSE_NAMES if (tree / n).is_file()),
+        next((f.name for f in sorted(tree.iterdir()) if f.name.upper().startswith("LICEN")), ""),
+    )
+    lacking = [
+        what
+        for what, value in (
+            ("packages", packages),
+            ("tests", tests),
+            ("license_file", license_file),
+        )
+        if not value
+    ]
+    if lacking:
+        raise ConfigError(
+            f"{p.key}: found no {lacking} in its archive; pin them on its line of "
+            f"{PINNED} (paths inside the archive)"
+        )
+    return Layout(root, packages, tests, license_file)
+
+
+def stage(p: Project) -> Path:
+    """The project as a RepoFix repository, built once in the cache::
+
+    <package or module as shipped>   the code the agent works on
+    tests/hidden/...                 the project's own test suite
+    LICENSE                          its license file
+    SOURCE.json                      name, version, sha256, license, layout
+    pyproject.toml                   pytest's rootdir marker
+    """
+    final = cache_dir() / f"repos-v{STAGE_VERSION}" / p.key
+    if (final / "SOURCE.json").is_file():
+        return final
+    tree = source(p)
+    found = layout(p, tree)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{p.key}-", dir=final.parent))
+    try:
+        test_roots = {(tree / t).resolve() for t in found.tests}
+
+        def ignore(folder: str, names: list[str]) -> set[str]:
+            skip = {n for n in names if n in ("__pycache__", ".pytest_cache") or n.endswith(".pyc")}
+            return skip | {n for n in names if (Path(folder) / n).resolve() in test_roots}
+
+        for name in found.packages:
+            src = tree / found.root / name
+            if src.is_dir():
+                shutil.copytree(src, build / name, ignore=ignore)
+            else:
+                shutil.copyfile(src.with_suffix(".py"), build / f"{name}.py")
+        hidden = build / "tests" / "hidden"
+        for t in found.tests:
+            src = tree / t
+            target = hidden / Path(t).name if len(found.tests) > 1 else hidden
+            if src.is_dir():
+                shutil.copytree(src, target, ignore=ignore, dirs_exist_ok=True)
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, target / src.name)
+        shutil.copyfile(tree / found.license_file, build / "LICENSE")
+        (build / "pyproject.toml").write_text(PYPROJECT)
+        info = {**dataclasses.asdict(p), **dataclasses.asdict(found)}
+        (build / "SOURCE.json").write_text(json.dumps(info, indent=2) + "\n")
+        for folder, _, files in os.walk(build):  # the copies of read-only sources
+            os.chmod(folder, 0o755)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o644)
+        shutil.rmtree(final, ignore_errors=True)
+        build.rename(final)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return final
+
+
+# -- baseline -------------------------------------------------------------------------------
+
+
+@dataclass
+class Baseline:
+    """What the pristine code's test runs showed."""
+
+    project: str
+    stable: list[str] = field(default_factory=list)  # passed in every run
+    flaky: list[str] = field(default_factory=list)  # passed in some runs only
+    failing: list[str] = field(default_factory=list)  # failed in every run
+    skipped: int = 0
+    seconds: list[float] = field(default_factory=list)
+    problem: str = ""  # why the project cannot be used (empty: it can)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Baseline:
+    """Run the project's suite in the sandbox ``runs`` times on its pristine code.
+
+    A project is usable when its suite ran in every run within the time cap and at least
+    one test passed every time; ``stable`` are those tests.
+    """
+    from agentgym_envs.sandbox.verify import TestRunner
+
+    if runner is None:
+        from agentgym_envs.sandbox.backends import Limits, make_backend
+
+        runner = TestRunner(make_backend("auto"), Limits(cpu_s=int(BASELINE_TIMEOUT_S)))
+    repo = stage(p)
+    result = Baseline(p.key)
+    outcomes: list[dict[str, str]] = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="agentgym-baseline-") as tmp:
+            work = Path(tmp) / "repo"
+            shutil.copytree(repo, work)
+            start = time.perf_counter()
+            run = runner.run(work, ["tests/hidden"], timeout_s=BASELINE_TIMEOUT_S)
+            result.seconds.append(round(time.perf_counter() - start, 2))
+        if not run.consistent or (run.exit_code not in (0, 1)) or not run.outcomes:
+            result.problem = (
+                f"the suite did not run cleanly (exit code {run.exit_code}; "
+                f"{'; '.join(run.problems or run.collect_errors)[:500]})"
+            )
+            return result
+        outcomes.append(run.outcomes)
+    tests = sorted(set().union(*outcomes))
+    for test in tests:
+        seen = [o.get(test) for o in outcomes]
+        if all(s == "passed" for s in seen):
+            result.stable.append(test)
+        elif any(s == "passed" for s in seen):
+            result.flaky.append(test)
+        elif all(s == "skipped" for s in seen):
+            result.skipped += 1
+        else:
+            result.failing.append(test)
+    if not result.stable:
+        result.problem = "no test passed in every run"
+    return result
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from agentgym_envs.console import ProgressLog
+
+    parser = argparse.ArgumentParser(
+        prog="python -m agentgym_envs.sandbox.real_projects",
+        description="Fetch, verify and test the pinned real projects RepoFix builds tasks from.",
+    )
+    parser.add_argument("step", choices=("fetch", "stage", "baseline"))
+    parser.add_argument("names", nargs="*", help="pinned project names (default: all)")
+    parser.add_argument("--list", default=None, help="the pinned list (default: the shipped one)")
+    parser.add_argument("--log", default=None, help="also append the progress lines here")
+    parser.add_argument("--out", default=None, help="baseline: write the results here (JSON)")
+    args = parser.parse_args(argv)
+    try:
+        projects = load_projects(args.list)
+        chosen = [project(n, projects) for n in args.names] if args.names else projects
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    results: dict[str, Any] = {}
+    failed = 0
+    with ProgressLog(args.log, echo=True) as log:
+        for i, p in enumerate(chosen, start=1):
+            start = time.perf_counter()
+            try:
+                if args.step == "fetch":
+                    what = f"archive {fetch(p).name} verified"
+                elif args.step == "stage":
+                    what = f"staged at {stage(p)}"
+                else:
+                    b = baseline(p)
+                    results[p.name] = b.to_json()
+                    what = b.problem or (
+                        f"{len(b.stable)} stable tests, {len(b.flaky)} flaky, "
+                        f"{len(b.failing)} failing, {b.skipped} skipped"
+                    )
+                    failed += bool(b.problem)
+            except ConfigError as exc:
+                what, failed = f"error: {exc}", failed + 1
+            seconds = time.perf_counter() - start
+            log.line(f"{args.step} {i}/{len(chosen)}  {p.key}  {what}  {seconds:.1f} s")
+    if args.out and results:
+        Path(args.out).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

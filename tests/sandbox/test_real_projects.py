@@ -1,0 +1,166 @@
+"""Real projects for RepoFix: the pinned list, fetching with hash checks, safe unpacking,
+staging as a RepoFix repository and the baseline test runs in the sandbox.
+
+The offline tests serve a small project of their own from a local package index (a
+``file://`` simple index, as ``$PIP_INDEX_URL`` names it); the slow one fetches the shipped
+pinned list from the real index."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.sandbox import real_projects as rp
+from tests.sandbox.support import needs_bwrap
+
+FILES = {
+    "mini-1.0/mini/__init__.py": "def add(a, b):\n    return a + b\n",
+    "mini-1.0/tests/test_mini.py": (
+        "from mini import add\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n\n"
+        "def test_add_strings():\n    assert add('a', 'b') == 'ab'\n\n"
+        "def test_broken_upstream():\n    assert add(1, 1) == 3\n"
+    ),
+    "mini-1.0/LICENSE": "MIT License\n",
+    "mini-1.0/setup.py": "raise SystemExit('never run')\n",
+}
+
+
+def _tar(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A local simple index serving mini 1.0, and an empty cache."""
+    archive = tmp_path / "files" / "mini-1.0.tar.gz"
+    archive.parent.mkdir()
+    archive.write_bytes(_tar(FILES))
+    page = tmp_path / "index" / "mini" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<a href="../../files/mini-1.0.tar.gz#sha256=x">mini-1.0.tar.gz</a>\n')
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index").as_uri())
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
+    return archive
+
+
+def _pin(archive: Path, **extra: str) -> rp.Project:
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    return rp.Project(name="mini", version="1.0", sha256=digest, license="MIT", **extra)
+
+
+def test_a_line_of_the_pinned_list_that_is_not_a_project_names_the_fix(tmp_path: Path) -> None:
+    good = {"name": "a", "version": "1", "sha256": "0" * 64, "license": "MIT"}
+    cases = {
+        "not json": "is not JSON",
+        json.dumps({**good, "sha256": "abc"}): "sha256 must be 64 hex digits",
+        json.dumps({"name": "a", "version": "1"}): "missing fields \\['sha256', 'license'\\]",
+        json.dumps({**good, "pakages": ["a"]}): "unknown fields \\['pakages'\\]",
+        json.dumps(good) + "\n" + json.dumps(good): "pins \\['a'\\] more than once",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "pins.jsonl"
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=message):
+            rp.load_projects(path)
+    path.write_text(json.dumps({**good, "tests": ["t"]}) + "\n\n")
+    (only,) = rp.load_projects(path)
+    assert only.tests == ("t",) and only.key == "a-1"
+    with pytest.raises(ConfigError, match=r"no pinned project 'simpleevel'.*'simpleeval'"):
+        rp.project("simpleevel", [rp.Project("simpleeval", "1", "0" * 64, "MIT")])
+
+
+def test_the_shipped_pinned_list_is_valid_and_permissive() -> None:
+    projects = rp.load_projects()
+    assert len(projects) >= 30
+    permissive = {"MIT", "BSD-2-Clause", "BSD-3-Clause", "Apache-2.0", "PSF-2.0", "ISC",
+                  "MPL-2.0", "0BSD", "Unlicense"}  # fmt: skip
+    for p in projects:  # an SPDX "A OR B" lets the user pick either
+        assert set(p.license.split(" OR ")) <= permissive, (p.key, p.license)
+
+
+def test_fetch_checks_the_pinned_hash_and_keeps_the_archive(index: Path) -> None:
+    pinned = _pin(index)
+    got = rp.fetch(pinned)
+    assert got.parent == rp.cache_dir() / "archives" and got.read_bytes() == index.read_bytes()
+    other = rp.Project("mini", "1.0", "1" * 64, "MIT")
+    with pytest.raises(ConfigError, match="serves a different file"):
+        rp.fetch(other)  # the cached file is not it, nor is the index's
+    index.unlink()  # the next use needs no index: the cached archive is used
+    assert rp.fetch(pinned) == got
+    with pytest.raises(ConfigError, match=r"lists no source archive of mini-2\.0"):
+        rp.fetch(rp.Project("mini", "2.0", "1" * 64, "MIT"))
+
+
+def test_a_changed_archive_on_the_index_is_refused(index: Path) -> None:
+    pinned = _pin(index)
+    index.write_bytes(_tar({**FILES, "mini-1.0/mini/__init__.py": "import os\n"}))
+    with pytest.raises(ConfigError, match=f"pins {pinned.sha256}: the index serves a different"):
+        rp.fetch(pinned)
+    assert not any((rp.cache_dir() / "archives").iterdir())  # nothing kept
+
+
+@pytest.mark.parametrize("member", ["../evil.py", "/etc/evil.py", "mini-1.0/../../evil.py"])
+def test_an_archive_member_outside_its_folder_is_refused(index: Path, member: str) -> None:
+    index.write_bytes(_tar({**FILES, member: "x = 1\n"}))
+    with pytest.raises(ConfigError, match="holds a member outside its folder"):
+        rp.source(_pin(index))
+
+
+def test_staging_lays_the_project_out_as_a_repofix_repository(index: Path) -> None:
+    repo = rp.stage(_pin(index))
+    files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file())
+    assert files == [
+        "LICENSE", "SOURCE.json", "mini/__init__.py", "pyproject.toml", "tests/hidden/test_mini.py"
+    ]  # fmt: skip
+    source = json.loads((repo / "SOURCE.json").read_text())
+    assert source["name"] == "mini" and source["license"] == "MIT"
+    assert source["packages"] == ["mini"] and source["tests"] == ["tests"]
+    assert not (rp.source(_pin(index)) / "mini" / "__init__.py").stat().st_mode & 0o222
+
+
+@needs_bwrap
+def test_the_baseline_keeps_the_tests_that_pass_in_every_sandboxed_run(index: Path) -> None:
+    result = rp.baseline(_pin(index))
+    assert result.problem == "" and len(result.seconds) == rp.BASELINE_RUNS
+    assert result.stable == [
+        "tests/hidden/test_mini.py::test_add", "tests/hidden/test_mini.py::test_add_strings"
+    ]  # fmt: skip
+    assert result.failing == ["tests/hidden/test_mini.py::test_broken_upstream"]
+
+
+def test_the_command_line_shows_a_line_per_project(
+    index: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pins = tmp_path / "pins.jsonl"
+    pins.write_text(json.dumps(json.loads(json.dumps(_pin(index).__dict__))) + "\n")
+    log = tmp_path / "fetch.log"
+    assert rp.main(["fetch", "--list", str(pins), "--log", str(log)]) == 0
+    line = "fetch 1/1  mini-1.0  archive mini-1.0.tar.gz verified"
+    assert line in capsys.readouterr().out and line in log.read_text()
+    assert rp.main(["fetch", "nope", "--list", str(pins)]) == 2
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_every_pinned_project_fetches_and_has_a_stable_baseline(tmp_path: Path) -> None:
+    """The shipped list against the real index (network; the cache keeps the archives)."""
+    problems = {}
+    for p in rp.load_projects():
+        result = rp.baseline(p)
+        if result.problem or len(result.stable) < 5:
+            problems[p.key] = result.problem or f"only {len(result.stable)} stable tests"
+    assert not problems, problems
