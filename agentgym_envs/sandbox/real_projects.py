@@ -52,8 +52,14 @@ TEST_DIRS = ("tests", "test", "testing")
 BASELINE_RUNS = 2
 BASELINE_TIMEOUT_S = 120.0
 DOWNLOAD_TIMEOUT_S = 300.0
-STAGE_VERSION = 1  # of the staged layout: a new one stages every project again
-PYPROJECT = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["."]\n'
+STAGE_VERSION = 2  # of the staged layout: a new one stages every project again
+PYPROJECT = (
+    "[tool.pytest.ini_options]\n"
+    'testpaths = ["tests"]\n'
+    'pythonpath = ["."]\n'
+    # projects name test files test_x.py, x_test.py, tests.py or test.py
+    'python_files = ["test_*.py", "*_test.py", "*_tests.py", "tests.py", "test.py"]\n'
+)
 """pytest's settings of a staged project: its code imports from the repository root."""
 
 
@@ -504,6 +510,107 @@ def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Basel
     return result
 
 
+def stored_baseline(p: Project, runner: Any = None) -> Baseline:
+    """:func:`baseline`, run once per staged layout and kept in the cache."""
+    path = cache_dir() / f"baselines-v{STAGE_VERSION}" / f"{p.key}.json"
+    if path.is_file():
+        return Baseline(**json.loads(path.read_text()))
+    result = baseline(p, runner)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json()) + "\n")
+    return result
+
+
+# -- mutants --------------------------------------------------------------------------------
+
+
+@dataclass
+class Funnel:
+    """What became of the mutants tried on one project (the validation funnel)."""
+
+    project: str
+    tried: int = 0
+    no_site: int = 0  # the draw found nothing to mutate
+    undetected: int = 0  # every stable test still passes
+    broke_suite: int = 0  # the suite did not run (the package no longer imports...)
+    no_pass_to_pass: int = 0  # every stable test fails: nothing shows what still works
+    duplicate: int = 0  # fails the same tests as a mutant kept before
+    kept: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def package_files(repo: Path) -> dict[str, str]:
+    """The staged project's Python sources (its tests left out), path -> text."""
+    out = {}
+    for path in sorted(repo.rglob("*.py")):
+        relative = path.relative_to(repo)
+        if relative.parts[0] != "tests" and "__pycache__" not in relative.parts:
+            out[str(relative)] = path.read_text(encoding="utf-8")
+    return out
+
+
+def mutants(p: Project, count: int, runner: Any = None, first_seed: int = 0) -> Funnel:
+    """Try ``count`` single-site mutants of the project (seeds ``first_seed`` on) and keep
+    those its suite tells apart: some stable tests fail (fail-to-pass, since they pass on
+    the pristine code), some still pass (pass-to-pass), the suite runs, and no kept
+    mutant failed the same tests."""
+    from agentgym_envs.sandbox.mutate import MutationError, apply_many, sample_sites
+    from agentgym_envs.sandbox.verify import TestRunner
+
+    if runner is None:
+        from agentgym_envs.sandbox.backends import Limits, make_backend
+
+        runner = TestRunner(make_backend("auto"), Limits(cpu_s=int(BASELINE_TIMEOUT_S)))
+    base = stored_baseline(p, runner)
+    funnel = Funnel(p.key)
+    if base.problem:
+        return funnel
+    stable = set(base.stable)
+    repo = stage(p)
+    files = package_files(repo)
+    seen: set[frozenset[str]] = set()
+    for seed in range(first_seed, first_seed + count):
+        funnel.tried += 1
+        try:
+            sites = sample_sites(files, 1, seed)
+        except MutationError:
+            sites = []
+        if not sites:
+            funnel.no_site += 1
+            continue
+        changed = {k: v for k, v in apply_many(files, sites).items() if files.get(k) != v}
+        with tempfile.TemporaryDirectory(prefix="agentgym-mutant-") as tmp:
+            work = Path(tmp) / "repo"
+            shutil.copytree(repo, work)
+            for relative, text in changed.items():
+                (work / relative).write_text(text, encoding="utf-8")
+            run = runner.run(work, ["tests/hidden"], timeout_s=BASELINE_TIMEOUT_S)
+        if not run.consistent or run.exit_code not in (0, 1) or run.collect_errors:
+            funnel.broke_suite += 1
+            continue
+        failed = frozenset(t for t in stable if not run.passed(t))
+        if not failed:
+            funnel.undetected += 1
+        elif failed == stable:
+            funnel.no_pass_to_pass += 1
+        elif failed in seen:
+            funnel.duplicate += 1
+        else:
+            seen.add(failed)
+            site = sites[0]
+            funnel.kept.append(
+                {
+                    "seed": seed,
+                    "site": dataclasses.asdict(site),
+                    "fail_to_pass": sorted(failed),
+                    "pass_to_pass": len(stable) - len(failed),
+                }
+            )
+    return funnel
+
+
 # -- command line ---------------------------------------------------------------------------
 
 
@@ -514,11 +621,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m agentgym_envs.sandbox.real_projects",
         description="Fetch, verify and test the pinned real projects RepoFix builds tasks from.",
     )
-    parser.add_argument("step", choices=("fetch", "stage", "baseline"))
+    parser.add_argument("step", choices=("fetch", "stage", "baseline", "mutants"))
     parser.add_argument("names", nargs="*", help="pinned project names (default: all)")
     parser.add_argument("--list", default=None, help="the pinned list (default: the shipped one)")
     parser.add_argument("--log", default=None, help="also append the progress lines here")
-    parser.add_argument("--out", default=None, help="baseline: write the results here (JSON)")
+    parser.add_argument("--out", default=None, help="baseline, mutants: write the results here")
+    parser.add_argument("--count", type=int, default=20, help="mutants: mutants per project")
     args = parser.parse_args(argv)
     try:
         projects = load_projects(args.list)
@@ -536,8 +644,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     what = f"archive {fetch(p).name} verified"
                 elif args.step == "stage":
                     what = f"staged at {stage(p)}"
+                elif args.step == "mutants":
+                    f = mutants(p, args.count)
+                    results[p.name] = f.to_json()
+                    what = (
+                        f"kept {len(f.kept)} of {f.tried}: {f.undetected} undetected, "
+                        f"{f.broke_suite} broke the suite, {f.no_pass_to_pass} failed every "
+                        f"test, {f.duplicate} duplicates, {f.no_site} without a site"
+                    )
                 else:
-                    b = baseline(p)
+                    b = stored_baseline(p)
                     results[p.name] = b.to_json()
                     what = b.problem or (
                         f"{len(b.stable)} stable tests, {len(b.flaky)} flaky, "

@@ -20,11 +20,14 @@ from agentgym_envs.sandbox import real_projects as rp
 from tests.sandbox.support import needs_bwrap
 
 FILES = {
-    "mini-1.0/mini/__init__.py": "def add(a, b):\n    return a + b\n",
+    "mini-1.0/mini/__init__.py": (
+        "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
+    ),
     "mini-1.0/tests/test_mini.py": (
-        "from mini import add\n\n"
+        "from mini import add, mul\n\n"
         "def test_add():\n    assert add(2, 3) == 5\n\n"
         "def test_add_strings():\n    assert add('a', 'b') == 'ab'\n\n"
+        "def test_mul():\n    assert mul(2, 3) == 6\n\n"
         "def test_broken_upstream():\n    assert add(1, 1) == 3\n"
     ),
     "mini-1.0/LICENSE": "MIT License\n",
@@ -136,10 +139,22 @@ def test_staging_lays_the_project_out_as_a_repofix_repository(index: Path) -> No
 def test_the_baseline_keeps_the_tests_that_pass_in_every_sandboxed_run(index: Path) -> None:
     result = rp.baseline(_pin(index))
     assert result.problem == "" and len(result.seconds) == rp.BASELINE_RUNS
-    assert result.stable == [
-        "tests/hidden/test_mini.py::test_add", "tests/hidden/test_mini.py::test_add_strings"
-    ]  # fmt: skip
-    assert result.failing == ["tests/hidden/test_mini.py::test_broken_upstream"]
+    test = "tests/hidden/test_mini.py::"
+    assert result.stable == [f"{test}test_add", f"{test}test_add_strings", f"{test}test_mul"]
+    assert result.failing == [f"{test}test_broken_upstream"]
+
+
+@needs_bwrap
+def test_mutants_are_kept_when_the_suite_tells_them_apart_once_each(index: Path) -> None:
+    funnel = rp.mutants(_pin(index), 6)
+    assert funnel.tried == 6 and funnel.no_site == funnel.broke_suite == 0
+    kept = {tuple(k["fail_to_pass"]): k for k in funnel.kept}
+    test = "tests/hidden/test_mini.py::"
+    # the draws (seeds 0-5) hit mul's return, add's + three times, mul's * and mul's return
+    # again: each breaks its own function's tests and leaves the other's passing
+    assert sorted(kept) == [(f"{test}test_add", f"{test}test_add_strings"), (f"{test}test_mul",)]
+    assert all(k["pass_to_pass"] > 0 for k in kept.values())
+    assert funnel.duplicate == 4  # the same tests failing the same way are one task
 
 
 def test_the_command_line_shows_a_line_per_project(
