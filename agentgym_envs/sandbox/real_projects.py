@@ -10,7 +10,7 @@ nothing of it is built or run), refuses one whose hash differs, and keeps it in 
 touches the network.
 
 :func:`stage` lays a project out as a RepoFix repository: its importable code as
-shipped, its own test suite under ``tests/hidden`` (never visible in the sandbox), its
+shipped, its own test suite where it ships it (the hidden tests: never in the workspace), its
 license file and a ``SOURCE.json`` that says where the code comes from. :func:`baseline`
 runs that suite in the sandbox twice on the pristine code and keeps the tests that pass
 both times within a time cap: only those can tell a bug from a flake.
@@ -52,10 +52,9 @@ TEST_DIRS = ("tests", "test", "testing")
 BASELINE_RUNS = 2
 BASELINE_TIMEOUT_S = 120.0
 DOWNLOAD_TIMEOUT_S = 300.0
-STAGE_VERSION = 2  # of the staged layout: a new one stages every project again
+STAGE_VERSION = 3  # of the staged layout: a new one stages every project again
 PYPROJECT = (
     "[tool.pytest.ini_options]\n"
-    'testpaths = ["tests"]\n'
     'pythonpath = ["."]\n'
     # projects name test files test_x.py, x_test.py, tests.py or test.py
     'python_files = ["test_*.py", "*_test.py", "*_tests.py", "tests.py", "test.py"]\n'
@@ -396,11 +395,15 @@ def layout(p: Project, tree: Path) -> Layout:
 def stage(p: Project) -> Path:
     """The project as a RepoFix repository, built once in the cache::
 
-    <package or module as shipped>   the code the agent works on
-    tests/hidden/...                 the project's own test suite
-    LICENSE                          its license file
-    SOURCE.json                      name, version, sha256, license, layout
-    pyproject.toml                   pytest's rootdir marker
+        <package or module as shipped>   the code the agent works on
+        <its tests, where it ships them> the hidden tests (SOURCE.json lists them)
+        LICENSE                          its license file
+        SOURCE.json                      name, version, sha256, license, layout
+        pyproject.toml                   pytest's settings (the code imports from the root)
+
+    Tests keep their paths (less a ``src/`` prefix), so their imports of each other
+    (``from tests.util import ...``, relative imports inside a package's ``tests``) work
+    as upstream wrote them.
     """
     final = cache_dir() / f"repos-v{STAGE_VERSION}" / p.key
     if (final / "SOURCE.json").is_file():
@@ -409,31 +412,31 @@ def stage(p: Project) -> Path:
     found = layout(p, tree)
     final.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{p.key}-", dir=final.parent))
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if n in ("__pycache__", ".pytest_cache") or n.endswith(".pyc")}
+
     try:
-        test_roots = {(tree / t).resolve() for t in found.tests}
-
-        def ignore(folder: str, names: list[str]) -> set[str]:
-            skip = {n for n in names if n in ("__pycache__", ".pytest_cache") or n.endswith(".pyc")}
-            return skip | {n for n in names if (Path(folder) / n).resolve() in test_roots}
-
         for name in found.packages:
             src = tree / found.root / name
             if src.is_dir():
                 shutil.copytree(src, build / name, ignore=ignore)
             else:
                 shutil.copyfile(src.with_suffix(".py"), build / f"{name}.py")
-        hidden = build / "tests" / "hidden"
+        hidden = []
         for t in found.tests:
-            src = tree / t
-            target = hidden / Path(t).name if len(found.tests) > 1 else hidden
-            if src.is_dir():
-                shutil.copytree(src, target, ignore=ignore, dirs_exist_ok=True)
+            staged = t.removeprefix(f"{found.root}/") if found.root else t
+            hidden.append(staged)
+            if (build / staged).exists():  # inside a package, copied with it
+                continue
+            (build / staged).parent.mkdir(parents=True, exist_ok=True)
+            if (tree / t).is_dir():
+                shutil.copytree(tree / t, build / staged, ignore=ignore)
             else:
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, target / src.name)
+                shutil.copyfile(tree / t, build / staged)
         shutil.copyfile(tree / found.license_file, build / "LICENSE")
         (build / "pyproject.toml").write_text(PYPROJECT)
-        info = {**dataclasses.asdict(p), **dataclasses.asdict(found)}
+        info = {**dataclasses.asdict(p), **dataclasses.asdict(found), "hidden": hidden}
         (build / "SOURCE.json").write_text(json.dumps(info, indent=2) + "\n")
         for folder, _, files in os.walk(build):  # the copies of read-only sources
             os.chmod(folder, 0o755)
@@ -444,6 +447,13 @@ def stage(p: Project) -> Path:
     finally:
         shutil.rmtree(build, ignore_errors=True)
     return final
+
+
+def hidden_tests(repo: Path) -> list[str]:
+    """The staged project's test paths (relative to ``repo``): what grading runs and the
+    agent never sees."""
+    hidden: list[str] = json.loads((repo / "SOURCE.json").read_text())["hidden"]
+    return hidden
 
 
 # -- baseline -------------------------------------------------------------------------------
@@ -485,7 +495,7 @@ def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Basel
             work = Path(tmp) / "repo"
             shutil.copytree(repo, work)
             start = time.perf_counter()
-            run = runner.run(work, ["tests/hidden"], timeout_s=BASELINE_TIMEOUT_S)
+            run = runner.run(work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S)
             result.seconds.append(round(time.perf_counter() - start, 2))
         if not run.consistent or (run.exit_code not in (0, 1)) or not run.outcomes:
             result.problem = (
@@ -543,10 +553,12 @@ class Funnel:
 
 def package_files(repo: Path) -> dict[str, str]:
     """The staged project's Python sources (its tests left out), path -> text."""
+    hidden = [Path(h) for h in hidden_tests(repo)]
     out = {}
     for path in sorted(repo.rglob("*.py")):
         relative = path.relative_to(repo)
-        if relative.parts[0] != "tests" and "__pycache__" not in relative.parts:
+        inside = any(relative == h or h in relative.parents for h in hidden)
+        if not inside and "__pycache__" not in relative.parts:
             out[str(relative)] = path.read_text(encoding="utf-8")
     return out
 
@@ -586,7 +598,7 @@ def mutants(p: Project, count: int, runner: Any = None, first_seed: int = 0) -> 
             shutil.copytree(repo, work)
             for relative, text in changed.items():
                 (work / relative).write_text(text, encoding="utf-8")
-            run = runner.run(work, ["tests/hidden"], timeout_s=BASELINE_TIMEOUT_S)
+            run = runner.run(work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S)
         if not run.consistent or run.exit_code not in (0, 1) or run.collect_errors:
             funnel.broke_suite += 1
             continue

@@ -60,6 +60,29 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return archive
 
 
+IN_PACKAGE = {  # tests inside the package, importing it and each other relatively
+    "inpkg-2.0/inpkg/__init__.py": "def two():\n    return 2\n",
+    "inpkg-2.0/inpkg/tests/__init__.py": "",
+    "inpkg-2.0/inpkg/tests/helpers.py": "EXPECTED = 2\n",
+    "inpkg-2.0/inpkg/tests/test_two.py": (
+        "from .. import two\nfrom .helpers import EXPECTED\n\n"
+        "def test_two():\n    assert two() == EXPECTED\n"
+    ),
+    "inpkg-2.0/LICENSE.txt": "BSD\n",
+}
+
+
+def _serve(index: Path, name: str, version: str, files: dict[str, str]) -> rp.Project:
+    """Add an archive to the index of the ``index`` fixture; its pin."""
+    archive = index.parent / f"{name}-{version}.tar.gz"
+    archive.write_bytes(_tar(files))
+    page = index.parents[1] / "index" / name / "index.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(f'<a href="../../files/{archive.name}">{archive.name}</a>\n')
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    return rp.Project(name=name, version=version, sha256=digest, license="BSD-3-Clause")
+
+
 def _pin(archive: Path, **extra: str) -> rp.Project:
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     return rp.Project(name="mini", version="1.0", sha256=digest, license="MIT", **extra)
@@ -127,11 +150,12 @@ def test_staging_lays_the_project_out_as_a_repofix_repository(index: Path) -> No
     repo = rp.stage(_pin(index))
     files = sorted(str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file())
     assert files == [
-        "LICENSE", "SOURCE.json", "mini/__init__.py", "pyproject.toml", "tests/hidden/test_mini.py"
+        "LICENSE", "SOURCE.json", "mini/__init__.py", "pyproject.toml", "tests/test_mini.py"
     ]  # fmt: skip
     source = json.loads((repo / "SOURCE.json").read_text())
     assert source["name"] == "mini" and source["license"] == "MIT"
-    assert source["packages"] == ["mini"] and source["tests"] == ["tests"]
+    assert source["packages"] == ["mini"] and source["tests"] == source["hidden"] == ["tests"]
+    assert rp.package_files(repo) == {"mini/__init__.py": FILES["mini-1.0/mini/__init__.py"]}
     assert not (rp.source(_pin(index)) / "mini" / "__init__.py").stat().st_mode & 0o222
 
 
@@ -139,9 +163,19 @@ def test_staging_lays_the_project_out_as_a_repofix_repository(index: Path) -> No
 def test_the_baseline_keeps_the_tests_that_pass_in_every_sandboxed_run(index: Path) -> None:
     result = rp.baseline(_pin(index))
     assert result.problem == "" and len(result.seconds) == rp.BASELINE_RUNS
-    test = "tests/hidden/test_mini.py::"
+    test = "tests/test_mini.py::"
     assert result.stable == [f"{test}test_add", f"{test}test_add_strings", f"{test}test_mul"]
     assert result.failing == [f"{test}test_broken_upstream"]
+
+
+@needs_bwrap
+def test_tests_inside_the_package_keep_their_relative_imports(index: Path) -> None:
+    pinned = _serve(index, "inpkg", "2.0", IN_PACKAGE)
+    repo = rp.stage(pinned)
+    assert rp.hidden_tests(repo) == ["inpkg/tests"]
+    assert sorted(rp.package_files(repo)) == ["inpkg/__init__.py"]  # never the tests
+    result = rp.baseline(pinned)
+    assert result.problem == "" and result.stable == ["inpkg/tests/test_two.py::test_two"]
 
 
 @needs_bwrap
@@ -149,7 +183,7 @@ def test_mutants_are_kept_when_the_suite_tells_them_apart_once_each(index: Path)
     funnel = rp.mutants(_pin(index), 6)
     assert funnel.tried == 6 and funnel.no_site == funnel.broke_suite == 0
     kept = {tuple(k["fail_to_pass"]): k for k in funnel.kept}
-    test = "tests/hidden/test_mini.py::"
+    test = "tests/test_mini.py::"
     # the draws (seeds 0-5) hit mul's return, add's + three times, mul's * and mul's return
     # again: each breaks its own function's tests and leaves the other's passing
     assert sorted(kept) == [(f"{test}test_add", f"{test}test_add_strings"), (f"{test}test_mul",)]
