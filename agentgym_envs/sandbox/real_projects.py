@@ -468,11 +468,39 @@ class Baseline:
     flaky: list[str] = field(default_factory=list)  # passed in some runs only
     failing: list[str] = field(default_factory=list)  # failed in every run
     skipped: int = 0
+    unguarded: list[str] = field(default_factory=list)  # see :func:`usable_run`
     seconds: list[float] = field(default_factory=list)
     problem: str = ""  # why the project cannot be used (empty: it can)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_UNGUARDED = ": the test function is not the one its file defines"
+
+
+def usable_run(run: Any) -> tuple[bool, set[str]]:
+    """Whether a test run of a project's suite can be used, and the tests it cannot vouch
+    for.
+
+    The results plugin checks that each test runs the function its file defines. Real
+    suites break that rule in plain ways (a ``TestCase`` inheriting its tests from a
+    mixin in another file, a test wrapped by a decorator), and the plugin reports those
+    tests as tampered with, on the pristine code too. Such a test is left out of the
+    tests a task may rely on (never counted as passed), and the run stays usable; any
+    other report of tampering, a collection error or an unexpected exit makes it
+    unusable."""
+    notes = list(run.tampered)
+    unguarded = {n[: -len(_UNGUARDED)] for n in notes if n.endswith(_UNGUARDED)}
+    others = [p for p in run.problems if not p.startswith("the code under test patched pytest")]
+    usable = (
+        len(unguarded) == len(notes)
+        and not others
+        and run.exit_code in (0, 1)
+        and bool(run.outcomes)
+        and not run.collect_errors
+    )
+    return usable, unguarded
 
 
 def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Baseline:
@@ -497,13 +525,15 @@ def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Basel
             start = time.perf_counter()
             run = runner.run(work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S)
             result.seconds.append(round(time.perf_counter() - start, 2))
-        if not run.consistent or (run.exit_code not in (0, 1)) or not run.outcomes:
+        usable, unguarded = usable_run(run)
+        if not usable:
             result.problem = (
                 f"the suite did not run cleanly (exit code {run.exit_code}; "
                 f"{'; '.join(run.problems or run.collect_errors)[:500]})"
             )
             return result
-        outcomes.append(run.outcomes)
+        result.unguarded = sorted(set(result.unguarded) | unguarded)
+        outcomes.append({t: o for t, o in run.outcomes.items() if t not in unguarded})
     tests = sorted(set().union(*outcomes))
     for test in tests:
         seen = [o.get(test) for o in outcomes]
@@ -599,7 +629,7 @@ def mutants(p: Project, count: int, runner: Any = None, first_seed: int = 0) -> 
             for relative, text in changed.items():
                 (work / relative).write_text(text, encoding="utf-8")
             run = runner.run(work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S)
-        if not run.consistent or run.exit_code not in (0, 1) or run.collect_errors:
+        if not usable_run(run)[0]:
             funnel.broke_suite += 1
             continue
         failed = frozenset(t for t in stable if not run.passed(t))

@@ -178,6 +178,33 @@ def test_tests_inside_the_package_keep_their_relative_imports(index: Path) -> No
     assert result.problem == "" and result.stable == ["inpkg/tests/test_two.py::test_two"]
 
 
+MIXIN = {  # a TestCase that inherits its test from a mixin in another file
+    "mixin-1.0/mixin.py": "def half(x):\n    return x / 2\n",
+    "mixin-1.0/tests/__init__.py": "",
+    "mixin-1.0/tests/base.py": (
+        "from mixin import half\n\nclass HalfChecks:\n"
+        "    def test_half(self):\n        assert half(4) == 2\n"
+    ),
+    "mixin-1.0/tests/test_half.py": (
+        "import unittest\nfrom mixin import half\nfrom tests.base import HalfChecks\n\n"
+        "class TestHalf(HalfChecks, unittest.TestCase):\n"
+        "    def test_own(self):\n        assert half(2) == 1\n"
+    ),
+    "mixin-1.0/COPYING": "MIT\n",
+}
+
+
+@needs_bwrap
+def test_a_test_the_guard_cannot_vouch_for_is_left_out_not_the_project(index: Path) -> None:
+    """The results plugin reports an inherited test as not the function its file defines
+    (it cannot tell it from a swapped one); the baseline leaves that test out of the
+    stable ones a task may rely on, and keeps the project."""
+    result = rp.baseline(_serve(index, "mixin", "1.0", MIXIN))
+    assert result.problem == ""
+    assert result.unguarded == ["tests/test_half.py::TestHalf::test_half"]
+    assert result.stable == ["tests/test_half.py::TestHalf::test_own"]
+
+
 @needs_bwrap
 def test_mutants_are_kept_when_the_suite_tells_them_apart_once_each(index: Path) -> None:
     funnel = rp.mutants(_pin(index), 6)
