@@ -16,6 +16,7 @@ generates one action per slot per ``act`` call.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -65,9 +66,16 @@ class LocalLM:
         model: a model spec (``"smollm2"``, ``"tiny"``, a model folder, a ``.gguf`` path).
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...
         dtype: parameter dtype; default float32 on CPU, bfloat16 on CUDA.
+        threads: CPU threads for generation, or ``"auto"``: before each batch, as many
+            as the cores other processes leave free (from the load average), at least 1
+            and at most torch's default. torch's threads wait for each other by spinning,
+            so two threads on two cores that another job also wants ran 5 times slower
+            than one (see :func:`cpu_threads`). The thread count never changes a result:
+            matrix products split rows and columns across threads, not sums.
 
     Raises:
-        ConfigError: unknown spec, missing SmolLM2 package, or no chat template.
+        ConfigError: unknown spec, missing SmolLM2 package, no chat template, or bad
+            ``threads``.
     """
 
     def __init__(
@@ -77,7 +85,12 @@ class LocalLM:
         device: str = "auto",
         dtype: torch.dtype | None = None,
         kv_reuse: bool | None = None,
+        threads: int | str = "auto",
     ) -> None:
+        if threads != "auto" and not (isinstance(threads, int) and threads >= 1):
+            raise ConfigError(f"threads must be 'auto' or an int >= 1, got {threads!r}")
+        self.threads = threads
+        self._max_threads = torch.get_num_threads()
         self.model_spec = model
         self.device = str(resolve_device(device))
         self.model, self.tokenizer = load_model(model, device=self.device, dtype=dtype)
@@ -117,6 +130,18 @@ class LocalLM:
             self.model = self._sampler.model = self._prefix.model = None  # type: ignore[assignment]
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
+
+    def _set_threads(self) -> None:
+        if not self.device.startswith("cpu"):
+            return
+        if isinstance(self.threads, int):
+            wanted = self.threads
+        else:
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            current = torch.get_num_threads()
+            wanted = cpu_threads(os.getloadavg()[0], cpus, current, self._max_threads)
+        if wanted != torch.get_num_threads():
+            torch.set_num_threads(wanted)
 
     @property
     def pad_id(self) -> int:
@@ -167,6 +192,7 @@ class LocalLM:
                 raise ClosedError(
                     f"the model {self.model_spec!r} was closed; load it again to generate"
                 )
+            self._set_threads()
             if keys is not None and self.kv_reuse:
                 outs = self._prefix.generate_batch(
                     list(keys),
@@ -194,6 +220,17 @@ class LocalLM:
                 text, finish = text[: min(cuts)], "stop"
             out.append(Generation(text, len(prompt), len(ids), finish))
         return out
+
+
+def cpu_threads(load: float, cpus: int, current: int, maximum: int) -> int:
+    """Threads for the next batch on a CPU: the cores that other processes leave free.
+
+    ``load`` is the 1-minute load average, to which this process adds about ``current``
+    while it generates; the rest is other work (another job, the envs' own browsers and
+    sandboxes). The answer is at least 1 and at most ``maximum``.
+    """
+    others = max(0.0, load - current)
+    return max(1, min(maximum, round(cpus - others)))
 
 
 def _picker(option: GenOptions) -> Callable[[torch.Tensor, int], int]:
@@ -240,7 +277,8 @@ class HFPolicy:
             (default: on for CPU, where re-reading histories dominates; off on CUDA,
             where one batched decode is faster).
         lm: an already loaded :class:`LocalLM` to share (then ``model``/``device``/
-            ``dtype`` are ignored).
+            ``dtype``/``threads`` are ignored).
+        threads: CPU threads for generation, or ``"auto"`` (see :class:`LocalLM`).
     """
 
     def __init__(
@@ -258,6 +296,7 @@ class HFPolicy:
         kv_reuse: bool | None = None,
         lm: LocalLM | None = None,
         trim_to: float = 0.5,
+        threads: int | str = "auto",
     ) -> None:
         if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
             raise ConfigError(
@@ -267,7 +306,9 @@ class HFPolicy:
         self._chats = ChatHistories(one_shot=one_shot, trim_to=trim_to)  # checks trim_to
         self._owns_lm = lm is None
         self.lm = (
-            lm if lm is not None else LocalLM(model, device=device, dtype=dtype, kv_reuse=kv_reuse)
+            lm
+            if lm is not None
+            else LocalLM(model, device=device, dtype=dtype, kv_reuse=kv_reuse, threads=threads)
         )
         self.max_context = max_context if max_context is not None else self.lm.context_length
         if self.max_context <= max_new_tokens:

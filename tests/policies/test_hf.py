@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+import torch
 
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.errors import ConfigError
@@ -184,7 +185,27 @@ def test_trimming_to_half_the_budget_reads_fewer_prompt_tokens(tiny_folder: str)
     assert fed[0.5] < 0.7 * fed[1.0], fed
 
 
+def test_cpu_threads_follow_the_cores_other_work_leaves_free(tiny_folder: str) -> None:
+    from agentgym_envs.policies.hf import cpu_threads
+
+    assert cpu_threads(load=2.0, cpus=2, current=2, maximum=2) == 2  # only this process
+    assert cpu_threads(load=4.1, cpus=2, current=2, maximum=2) == 1  # a 2-core job beside
+    assert cpu_threads(load=3.0, cpus=2, current=1, maximum=2) == 1  # ... still there
+    assert cpu_threads(load=1.2, cpus=2, current=1, maximum=2) == 2  # ... gone
+    assert cpu_threads(load=30.0, cpus=16, current=8, maximum=8) == 1  # never below 1
+    assert cpu_threads(load=0.0, cpus=16, current=4, maximum=8) == 8  # never above torch's
+    fixed = HFPolicy(tiny_folder, device="cpu", max_new_tokens=2, threads=1)
+    before = torch.get_num_threads()
+    try:
+        _play(fixed, 1, seeds=(0,))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_bad_settings_raise(tiny_folder: str) -> None:
+    with pytest.raises(ConfigError, match="threads must be 'auto' or an int >= 1"):
+        HFPolicy(tiny_folder, device="cpu", threads=0)
     with pytest.raises(ConfigError, match="trim_to must be a share"):
         HFPolicy(tiny_folder, device="cpu", trim_to=0)
     with pytest.raises(ConfigError, match="max_context"):
