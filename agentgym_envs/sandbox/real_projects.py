@@ -13,12 +13,15 @@ touches the network.
 shipped, its own test suite where it ships it (the hidden tests: never in the workspace), its
 license file and a ``SOURCE.json`` that says where the code comes from. :func:`baseline`
 runs that suite in the sandbox twice on the pristine code and keeps the tests that pass
-both times within a time cap: only those can tell a bug from a flake.
+both times within a time cap: only those can tell a bug from a flake. :func:`mutants`
+tries single-site bugs from RepoFix's mutation engine and keeps those the stable tests
+tell apart (the first stage of the task pipeline; tasks are not built from them yet).
 
 Command line (each step does the ones before it that are missing)::
 
     python -m agentgym_envs.sandbox.real_projects fetch [NAME ...]
     python -m agentgym_envs.sandbox.real_projects baseline [NAME ...] --log build.log
+    python -m agentgym_envs.sandbox.real_projects mutants [NAME ...] --count 20 --out m.json
 """
 
 from __future__ import annotations
@@ -476,6 +479,14 @@ class Baseline:
         return dataclasses.asdict(self)
 
 
+def _runner() -> Any:
+    """A sandboxed test runner for a project's suite (the best backend here)."""
+    from agentgym_envs.sandbox.backends import Limits, make_backend
+    from agentgym_envs.sandbox.verify import TestRunner
+
+    return TestRunner(make_backend("auto"), Limits(cpu_s=int(BASELINE_TIMEOUT_S)))
+
+
 _UNGUARDED = ": the test function is not the one its file defines"
 
 
@@ -509,12 +520,7 @@ def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Basel
     A project is usable when its suite ran in every run within the time cap and at least
     one test passed every time; ``stable`` are those tests.
     """
-    from agentgym_envs.sandbox.verify import TestRunner
-
-    if runner is None:
-        from agentgym_envs.sandbox.backends import Limits, make_backend
-
-        runner = TestRunner(make_backend("auto"), Limits(cpu_s=int(BASELINE_TIMEOUT_S)))
+    runner = runner or _runner()
     repo = stage(p)
     result = Baseline(p.key)
     outcomes: list[dict[str, str]] = []
@@ -599,12 +605,8 @@ def mutants(p: Project, count: int, runner: Any = None, first_seed: int = 0) -> 
     the pristine code), some still pass (pass-to-pass), the suite runs, and no kept
     mutant failed the same tests."""
     from agentgym_envs.sandbox.mutate import MutationError, apply_many, sample_sites
-    from agentgym_envs.sandbox.verify import TestRunner
 
-    if runner is None:
-        from agentgym_envs.sandbox.backends import Limits, make_backend
-
-        runner = TestRunner(make_backend("auto"), Limits(cpu_s=int(BASELINE_TIMEOUT_S)))
+    runner = runner or _runner()
     base = stored_baseline(p, runner)
     funnel = Funnel(p.key)
     if base.problem:
