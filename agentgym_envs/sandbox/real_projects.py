@@ -579,6 +579,7 @@ class Funnel:
     no_site: int = 0  # the draw found nothing to mutate
     undetected: int = 0  # every stable test still passes
     broke_suite: int = 0  # the suite did not run (the package no longer imports...)
+    hung: int = 0  # the suite ran past 3 times its pristine time (a loop that never ends)
     no_pass_to_pass: int = 0  # every stable test fails: nothing shows what still works
     duplicate: int = 0  # fails the same tests as a mutant kept before
     kept: list[dict[str, Any]] = field(default_factory=list)
@@ -612,6 +613,7 @@ def mutants(p: Project, count: int, runner: Any = None, first_seed: int = 0) -> 
     if base.problem:
         return funnel
     stable = set(base.stable)
+    timeout_s = min(BASELINE_TIMEOUT_S, 3 * max(base.seconds) + 10)
     repo = stage(p)
     files = package_files(repo)
     seen: set[frozenset[str]] = set()
@@ -630,7 +632,10 @@ def mutants(p: Project, count: int, runner: Any = None, first_seed: int = 0) -> 
             shutil.copytree(repo, work)
             for relative, text in changed.items():
                 (work / relative).write_text(text, encoding="utf-8")
-            run = runner.run(work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S)
+            run = runner.run(work, hidden_tests(repo), timeout_s=timeout_s)
+        if run.result.timed_out or run.result.killed in ("timeout", "cpu"):
+            funnel.hung += 1
+            continue
         if not usable_run(run)[0]:
             funnel.broke_suite += 1
             continue
@@ -693,7 +698,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results[p.name] = f.to_json()
                     what = (
                         f"kept {len(f.kept)} of {f.tried}: {f.undetected} undetected, "
-                        f"{f.broke_suite} broke the suite, {f.no_pass_to_pass} failed every "
+                        f"{f.broke_suite} broke the suite, {f.hung} hung, "
+                        f"{f.no_pass_to_pass} failed every "
                         f"test, {f.duplicate} duplicates, {f.no_site} without a site"
                     )
                 else:

@@ -230,6 +230,28 @@ def test_the_command_line_shows_a_line_per_project(
     assert rp.main(["fetch", "nope", "--list", str(pins)]) == 2
 
 
+LOOP = {  # a test that loops until the package says stop
+    "loop-1.0/loop/__init__.py": (
+        "def done(i):\n    return i <= 0\n\n\ndef inc(x):\n    return x + 1\n"
+    ),
+    "loop-1.0/tests/test_loop.py": (
+        "from loop import done, inc\n\n"
+        "def test_count_down():\n    i = 3\n    while not done(i):\n        i -= 1\n"
+        "    assert i == 0\n\n"
+        "def test_inc():\n    assert inc(1) == 2\n"
+    ),
+    "loop-1.0/LICENSE": "MIT\n",
+}
+
+
+@needs_bwrap
+def test_a_mutant_that_never_ends_is_counted_as_hung_within_its_time_cap(index: Path) -> None:
+    """Seed 7 turns ``done`` into ``return None``: the test's loop never ends. The run is
+    cut at 3 times the pristine suite's time plus 10 s, not at the 120 s cap."""
+    funnel = rp.mutants(_serve(index, "loop", "1.0", LOOP), 1, first_seed=7)
+    assert funnel.hung == 1 and not funnel.kept and funnel.tried == 1
+
+
 @pytest.mark.slow
 @needs_bwrap
 def test_every_pinned_project_fetches_and_has_a_stable_baseline(tmp_path: Path) -> None:
