@@ -334,6 +334,8 @@ def resume_arguments(args: argparse.Namespace) -> dict[str, Any]:
                 "run with another --out"
             )
         setattr(args, name, used.get(name, default))  # a run recorded before the argument
+    if "trim_to" not in used and args.trim_to is None:
+        args.trim_to = 1.0  # a run from before trim_to cut histories as little as fits
     return recorded
 
 

@@ -240,7 +240,7 @@ class _Lane:
 
 
 def _lane_size(play: EntryPlay, config: EvalConfig) -> int:
-    return max(1, min(config.batch, len(play.jobs)))
+    return max(1, min(config.batch, config.max_slots, len(play.jobs)))
 
 
 def run_entries(
@@ -252,7 +252,7 @@ def run_entries(
 ) -> None:
     """Play the jobs of several suite entries with one policy, the entries side by side.
 
-    Each entry gets ``min(batch, jobs)`` env slots. Entries open in order while their
+    Each entry gets ``min(batch, max_slots, jobs)`` env slots. Entries open in order while their
     slots together stay within ``config.max_slots`` (always at least one entry), and
     each lockstep step asks the policy for the actions of every open entry's live
     episodes at once: an LLM policy (one model serving every entry) generates for all
@@ -532,6 +532,8 @@ def evaluate(
     """
     if not policies:
         raise ConfigError("name at least one policy, e.g. --policy oracle random hf:smollm2")
+    policies = list(dict.fromkeys(policies))  # a policy or entry named twice plays once
+    entries = list(dict.fromkeys(entries)) if entries else entries
     config = config or EvalConfig()
     if not config.run_id:
         config = EvalConfig(**{**asdict(config), "run_id": time.strftime("eval-%Y%m%dT%H%M%S")})
@@ -725,13 +727,14 @@ def replay(
         )
     suite = suite_from_spec(report["suite"]["spec"])
     old = dict(report["config"])
+    options = replay_options(report)
     config = config or EvalConfig(
         batch=old["batch"],
         # a report from before entries played side by side played them one by one
         max_slots=int(old.get("max_slots") or old["batch"]),
         isolation=SlotIsolation.parse(old["isolation"]),
         store=None,
-        policy_options=old.get("policy_options") or {},
+        policy_options=options,
         step_timeout_s=old["step_timeout_s"],
         envs_per_actor=old.get("envs_per_actor", 1),
         ray_address=old.get("ray_address", ""),
@@ -744,6 +747,17 @@ def replay(
     entries = list(dict.fromkeys(ep["entry"] for ep in report["episodes"]))
     new = evaluate(suite, policies, config, entries=entries, jobs=jobs)
     return new, compare_episodes(report["episodes"], new["episodes"])
+
+
+def replay_options(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The LLM options a replay of ``report`` uses: the recorded ones, plus what a
+    report from before an option existed ran with (``trim_to`` 1.0: histories cut as
+    little as fits)."""
+    options = dict(report["config"].get("policy_options") or {})
+    specs = [p.get("spec") or {} for p in report["policies"]]
+    if any(s.get("kind") in ("hf", "openai") and "trim_to" not in s for s in specs):
+        options.setdefault("trim_to", 1.0)
+    return options
 
 
 def compare_episodes(

@@ -14,9 +14,9 @@ When a conversation does not fit the context, the oldest turns are dropped (neve
 system prompt or the task; the one-shot exchange goes only when nothing else is left).
 Dropping shifts every later turn, so whatever a cache held of the prompt (the local
 policy's KV cache, a server's prefix cache) is read again from the first dropped turn
-on. To pay that once per several turns rather than on every turn, a trim drops enough to
-bring the prompt down to ``trim_to`` of the budget, and the next turns keep the same
-dropped turns for as long as the prompt fits (on WebShop, 1,000-token pages in an
+on. To pay that once per several turns rather than on every turn, a trim drops enough
+that the older turns fill only ``trim_to`` of the room they have, and the next turns
+keep the same dropped turns for as long as the prompt fits (on WebShop, 1,000-token pages in an
 8k context: one 12k-token re-read every turn became one every four turns).
 
 The same module converts between the env's action text and OpenAI ``tool_calls``, both
@@ -359,8 +359,9 @@ class ChatHistories:
         """The slot's messages, without the oldest turns when ``count`` exceeds ``budget``.
 
         The turns the last prompt dropped stay dropped while the prompt fits; when it
-        outgrows the budget, the fewest further turns go that bring it down to
-        ``trim_to`` of the budget (all but the newest when none does). System prompt, task
+        outgrows the budget, the fewest further turns go that leave the older turns
+        ``trim_to`` of the room the rest (system prompt, task, newest turn) leaves them.
+        System prompt, task
         and the newest turn (it holds the current observation) are always kept; the
         one-shot exchange is dropped only when nothing else is left. The token count
         only grows with the number of kept turns, so a binary search needs about
@@ -379,7 +380,10 @@ class ChatHistories:
             conv.dropped = 0 if budget is None else kept
             return (self.messages(slot) if budget is None else messages), True
         start = max(kept, min(1, most))
-        low = self._fewest_dropped(slot, count, int(budget * self.trim_to), start, most)
+        # trim_to of the room the droppable turns may fill (what must stay takes the rest)
+        floor = count(self.messages(slot, most))
+        target = floor + int((budget - floor) * self.trim_to) if floor < budget else budget
+        low = self._fewest_dropped(slot, count, target, start, most)
         conv.dropped = low
         messages = self.messages(slot, low)
         if count(messages) <= budget:

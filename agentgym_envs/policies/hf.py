@@ -35,6 +35,9 @@ from agentgym_envs.policies.prefix_cache import PrefixCacheGenerator
 
 logger = logging.getLogger(__name__)
 
+_TORCH_THREADS = torch.get_num_threads()
+"""torch's own thread count, read before any LocalLM changed it: the most ``auto`` uses."""
+
 
 @dataclass(frozen=True)
 class GenOptions:
@@ -70,8 +73,9 @@ class LocalLM:
             as the cores other processes leave free (from the load average), at least 1
             and at most torch's default. torch's threads wait for each other by spinning,
             so two threads on two cores that another job also wants ran 5 times slower
-            than one (see :func:`cpu_threads`). The thread count never changes a result:
-            matrix products split rows and columns across threads, not sums.
+            than one (see :func:`cpu_threads`). The same prompts gave the same greedy
+            tokens at 1 and 2 threads (matrix products split rows and columns across
+            threads, not sums); a reduction over threads could still round differently.
 
     Raises:
         ConfigError: unknown spec, missing SmolLM2 package, no chat template, or bad
@@ -90,7 +94,6 @@ class LocalLM:
         if threads != "auto" and not (isinstance(threads, int) and threads >= 1):
             raise ConfigError(f"threads must be 'auto' or an int >= 1, got {threads!r}")
         self.threads = threads
-        self._max_threads = torch.get_num_threads()
         self.model_spec = model
         self.device = str(resolve_device(device))
         self.model, self.tokenizer = load_model(model, device=self.device, dtype=dtype)
@@ -137,9 +140,16 @@ class LocalLM:
         if isinstance(self.threads, int):
             wanted = self.threads
         else:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            try:
+                load = os.getloadavg()[0]
+            except (AttributeError, OSError):  # no load average here (Windows): all threads
+                load = 0.0
+            if hasattr(os, "sched_getaffinity"):
+                cpus = len(os.sched_getaffinity(0))
+            else:  # macOS
+                cpus = os.cpu_count() or 1
             current = torch.get_num_threads()
-            wanted = cpu_threads(os.getloadavg()[0], cpus, current, self._max_threads)
+            wanted = cpu_threads(load, cpus, current, _TORCH_THREADS)
         if wanted != torch.get_num_threads():
             torch.set_num_threads(wanted)
 

@@ -180,6 +180,39 @@ def test_oracle_and_random_on_a_suite_and_exact_replay() -> None:
     assert diffs == [] and older["config"]["max_slots"] == older["config"]["batch"] == 3
 
 
+def test_a_policy_or_entry_named_twice_plays_once() -> None:
+    suite = suite_from_spec(SPEC)
+    once = evaluate(suite, ["oracle"], EvalConfig(batch=2), entries=["retail"])
+    twice = evaluate(suite, ["oracle", "oracle"], EvalConfig(batch=2), entries=["retail"] * 2)
+    assert len(twice["episodes"]) == len(once["episodes"]) > 0
+    assert [p["id"] for p in twice["policies"]] == ["oracle"]
+
+
+def test_max_slots_below_batch_caps_the_slots_of_an_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgym_envs.eval import evaluate as ev
+
+    opened: list[int] = []
+    make = ev.make_slots
+
+    def spy(factory: object, count: int, *args: object, **kwargs: object) -> object:
+        opened.append(count)
+        return make(factory, count, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ev, "make_slots", spy)
+    evaluate(suite_from_spec(SPEC), ["oracle"], EvalConfig(batch=3, max_slots=1))
+    assert opened and set(opened) == {1}
+
+
+def test_a_replay_of_a_report_from_before_trim_to_cuts_histories_as_it_did() -> None:
+    from agentgym_envs.eval.evaluate import replay_options
+
+    hf = {"id": "hf:smollm2", "spec": {"kind": "hf"}}
+    old = {"config": {"policy_options": {"max_new_tokens": 8}}, "policies": [hf, {"id": "oracle"}]}
+    assert replay_options(old) == {"max_new_tokens": 8, "trim_to": 1.0}
+    new = {**old, "policies": [{"id": "hf:smollm2", "spec": {"kind": "hf", "trim_to": 0.5}}]}
+    assert replay_options(new) == {"max_new_tokens": 8}  # the policy's own default again
+
+
 def test_a_bad_max_slots_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"max_slots must be >= 1.*--max-slots 1"):
         EvalConfig(max_slots=0)

@@ -155,12 +155,13 @@ def test_a_trim_is_kept_until_it_is_outgrown_so_cached_prompts_stay_valid() -> N
         drops.append(chats[0].dropped)
     assert drops[:10] == [0] * 10  # everything fits
     trims = [i for i in range(1, 30) if drops[i] != drops[i - 1]]
-    for i in trims:  # a trim brings the prompt down to half the budget
-        assert count(prompts[i]) <= budget // 2 < count(prompts[i - 1]) + 6
+    floor = 1 + 4 + 6  # system, task and the newest turn always stay
+    for i in trims:  # a trim leaves the older turns half the room they have
+        assert count(prompts[i]) <= floor + (budget - floor) // 2 < count(prompts[i - 1]) + 6
     # between two trims each prompt is the one before plus a turn: a cache keeps serving
     for i in set(range(11, 30)) - set(trims):
         assert prompts[i][: len(prompts[i - 1])] == prompts[i - 1]
-    assert len(trims) == 4, drops  # 20 turns past the budget, 5 turns between trims
+    assert len(trims) == 5, drops  # 20 turns past the budget: a trim every 4 turns
     minimal = ChatHistories(one_shot=False, trim_to=1.0)
     minimal.observe(0, "task", _reset_info())
     moved = 0
