@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import hashlib
 import html.parser
+import http.client
 import json
 import os
 import re
@@ -93,6 +94,12 @@ class Project:
     def key(self) -> str:
         return f"{self.name}-{self.version}"
 
+    @property
+    def cache_key(self) -> str:
+        """The key of what the cache holds for it: a new pin of the same version is a
+        new entry, never the old one's files."""
+        return f"{self.key}-{self.sha256[:16]}"
+
 
 def pinned_path() -> Path:
     from agentgym_envs.core.tasks import tasks_root
@@ -132,6 +139,10 @@ def load_projects(path: str | Path | None = None) -> list[Project]:
             raise ConfigError(f"{where}: sha256 must be 64 hex digits, got {data['sha256']!r}")
         for many in ("packages", "tests"):
             data[many] = tuple(data.get(many) or ())
+        for path_field in (*data["packages"], *data["tests"], data.get("root") or "",
+                           data.get("license_file") or ""):  # fmt: skip
+            if path_field.startswith("/") or ".." in Path(path_field).parts:
+                raise ConfigError(f"{where}: {path_field!r} leaves the archive's folder")
         projects.append(Project(**{**data, "sha256": sha}))
     names = [p.name for p in projects]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -193,12 +204,14 @@ def fetch(p: Project) -> Path:
                 part.open("wb") as handle,
             ):
                 shutil.copyfileobj(response, handle)
-        except OSError as exc:
-            raise ConfigError(f"downloading {url} failed ({exc}); check the network") from None
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise ConfigError(
+                f"downloading {_redact(url)} failed ({_redact(str(exc))}); check the network"
+            ) from None
         digest = sha256_of(part)
         if digest != p.sha256:
             raise ConfigError(
-                f"the source archive of {p.key} ({url}) has sha256 {digest}, but "
+                f"the source archive of {p.key} ({_redact(url)}) has sha256 {digest}, but "
                 f"{PINNED} pins {p.sha256}: the index serves a different file. It is not "
                 "used; check the index, or pin the new hash after reviewing the archive"
             )
@@ -240,6 +253,11 @@ def index_url() -> str:
     return (configured or "https://pypi.org/simple").rstrip("/")
 
 
+def _redact(text: str) -> str:
+    """``text`` with any password or token in a URL's user part replaced."""
+    return re.sub(r"(://)[^/@\s]+@", r"\1***@", text)
+
+
 class _Links(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -258,20 +276,27 @@ def _archive_url(p: Project) -> tuple[str, str]:
     try:
         with urllib.request.urlopen(read, timeout=DOWNLOAD_TIMEOUT_S) as response:
             text = response.read().decode("utf-8", "replace")
-    except OSError as exc:
+            page = response.geturl().removesuffix("index.html")  # after any redirect
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise ConfigError(
-            f"reading the index page {page} failed ({exc}); check the network"
+            f"reading the index page {_redact(page)} failed ({_redact(str(exc))}); check the "
+            "network, or the index in $PIP_INDEX_URL or pip's global.index-url"
         ) from None
     parser = _Links()
     parser.feed(text)
+    found = []
     for href in parser.links:
         url = urllib.parse.urljoin(page, href)
-        name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        parts = urllib.parse.urlsplit(url)
+        name = urllib.parse.unquote(parts.path.rsplit("/", 1)[-1])
         if _names_project(name, p):
-            return name, url.split("#", 1)[0]
+            found.append((parts.fragment == f"sha256={p.sha256}", name, url.split("#", 1)[0]))
+    if found:  # the file whose listed hash is the pinned one first (a .tar.gz and a .zip)
+        _, name, url = max(found, key=lambda f: f[0])
+        return name, url
     raise ConfigError(
-        f"the index {page} lists no source archive of {p.key} (.tar.gz or .zip); check the "
-        "name and version on its line of the pinned list"
+        f"the index {_redact(page)} lists no source archive of {p.key} (.tar.gz or .zip); "
+        "check the name and version on its line of the pinned list"
     )
 
 
@@ -311,7 +336,7 @@ def _safe_member(name: str, archive: Path) -> None:
 
 def source(p: Project) -> Path:
     """The project's unpacked archive (read-only, in the cache)."""
-    final = cache_dir() / "sources" / p.key
+    final = cache_dir() / "sources" / p.cache_key
     if (final / ".complete").is_file():
         return final / "tree"
     archive = fetch(p)
@@ -320,13 +345,46 @@ def source(p: Project) -> Path:
     try:
         top = _extract(archive, build / "unpack")
         top.rename(build / "tree")
-        (build / ".complete").write_text(p.sha256 + "\n")
         _read_only(build / "tree")
-        shutil.rmtree(final, ignore_errors=True)
-        build.rename(final)
+        (build / ".complete").write_text(p.sha256 + "\n")
+        _publish(build, final, ".complete")
     finally:
-        shutil.rmtree(build, ignore_errors=True)
+        _remove(build)
     return final / "tree"
+
+
+def _remove(path: Path) -> None:
+    """Delete a folder, read-only parts too (unpacked sources are made read-only)."""
+
+    def writable(func: Any, target: str, _exc: Any) -> None:
+        os.chmod(os.path.dirname(target), 0o755)
+        if os.path.isdir(target) and not os.path.islink(target):
+            os.chmod(target, 0o755)
+        func(target)
+
+    if not path.exists():
+        return
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=writable)
+    else:
+        shutil.rmtree(path, onerror=writable)
+
+
+def _publish(build: Path, final: Path, marker: str) -> None:
+    """Move the finished ``build`` to ``final``. An incomplete ``final`` (no ``marker``:
+    a run killed part way) is replaced; a complete one that another process published
+    first is kept and ``build`` dropped, so a reader never sees a folder change."""
+    if final.exists() and not (final / marker).exists():
+        _remove(final)
+    try:
+        build.rename(final)
+    except OSError:
+        if not (final / marker).exists():
+            raise ConfigError(
+                f"could not put {final.name} into the cache at {final.parent}; delete "
+                f"that folder (chmod -R u+w it first) and run again"
+            ) from None
+        _remove(build)
 
 
 def _read_only(root: Path) -> None:
@@ -408,7 +466,7 @@ def stage(p: Project) -> Path:
     (``from tests.util import ...``, relative imports inside a package's ``tests``) work
     as upstream wrote them.
     """
-    final = cache_dir() / f"repos-v{STAGE_VERSION}" / p.key
+    final = cache_dir() / f"repos-v{STAGE_VERSION}" / p.cache_key
     if (final / "SOURCE.json").is_file():
         return final
     tree = source(p)
@@ -445,10 +503,9 @@ def stage(p: Project) -> Path:
             os.chmod(folder, 0o755)
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644)
-        shutil.rmtree(final, ignore_errors=True)
-        build.rename(final)
+        _publish(build, final, "SOURCE.json")
     finally:
-        shutil.rmtree(build, ignore_errors=True)
+        _remove(build)
     return final
 
 
@@ -558,12 +615,15 @@ def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Basel
 
 def stored_baseline(p: Project, runner: Any = None) -> Baseline:
     """:func:`baseline`, run once per staged layout and kept in the cache."""
-    path = cache_dir() / f"baselines-v{STAGE_VERSION}" / f"{p.key}.json"
+    path = cache_dir() / f"baselines-v{STAGE_VERSION}" / f"{p.cache_key}.json"
     if path.is_file():
         return Baseline(**json.loads(path.read_text()))
     result = baseline(p, runner)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_json()) + "\n")
+    if not result.problem:  # a failed baseline (a timeout on a busy machine...) is re-run
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(f".{os.getpid()}.part")
+        part.write_text(json.dumps(result.to_json()) + "\n")
+        os.replace(part, path)
     return result
 
 
@@ -710,12 +770,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{len(b.failing)} failing, {b.skipped} skipped"
                     )
                     failed += bool(b.problem)
-            except ConfigError as exc:
+            except Exception as exc:  # one project's failure is its line, not the run's end
                 what, failed = f"error: {exc}", failed + 1
+            if args.out and results:  # as each project finishes: a stopped run keeps them
+                Path(args.out).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
             seconds = time.perf_counter() - start
             log.line(f"{args.step} {i}/{len(chosen)}  {p.key}  {what}  {seconds:.1f} s")
-    if args.out and results:
-        Path(args.out).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     return 1 if failed else 0
 
 

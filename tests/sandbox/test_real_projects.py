@@ -262,3 +262,43 @@ def test_every_pinned_project_fetches_and_has_a_stable_baseline(tmp_path: Path) 
         if result.problem or len(result.stable) < 5:
             problems[p.key] = result.problem or f"only {len(result.stable)} stable tests"
     assert not problems, problems
+
+
+def test_a_new_pin_of_the_same_version_never_reuses_the_old_files(index: Path) -> None:
+    first = rp.stage(_pin(index))
+    changed = {**FILES, "mini-1.0/mini/__init__.py": "def add(a, b):\n    return b + a\n"}
+    index.write_bytes(_tar(changed))
+    second = rp.stage(_pin(index))
+    assert second != first
+    assert "b + a" in (second / "mini" / "__init__.py").read_text()
+    assert "a + b" in (first / "mini" / "__init__.py").read_text()
+
+
+def test_the_archive_whose_listed_hash_is_the_pin_is_taken(index: Path) -> None:
+    """An index listing a .zip and a .tar.gz of one version: the file whose #sha256 is the
+    pinned one is downloaded, whatever the order."""
+    pinned = _pin(index)
+    (index.parent / "mini-1.0.zip").write_bytes(b"not the pinned file")
+    page = index.parents[1] / "index" / "mini" / "index.html"
+    page.write_text(
+        '<a href="../../files/mini-1.0.zip#sha256=' + "0" * 64 + '">mini-1.0.zip</a>\n'
+        f'<a href="../../files/mini-1.0.tar.gz#sha256={pinned.sha256}">mini-1.0.tar.gz</a>\n'
+    )
+    assert rp.fetch(pinned).name == "mini-1.0.tar.gz"
+
+
+def test_a_token_in_the_index_url_never_reaches_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rp._redact("https://user:s3cret@host/simple/x/") == "https://***@host/simple/x/"
+    monkeypatch.setenv("PIP_INDEX_URL", "http://user:s3cret@127.0.0.1:9/simple")
+    with pytest.raises(ConfigError) as info:
+        rp.fetch(rp.Project("mini", "1.0", "0" * 64, "MIT"))
+    assert "s3cret" not in str(info.value) and "PIP_INDEX_URL" in str(info.value)
+
+
+def test_a_pinned_path_outside_the_archive_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pins.jsonl"
+    line = {"name": "a", "version": "1", "sha256": "0" * 64, "license": "MIT"}
+    for bad in ({"tests": ["../../etc"]}, {"license_file": "/etc/passwd"}, {"root": "a/../.."}):
+        path.write_text(json.dumps({**line, **bad}) + "\n")
+        with pytest.raises(ConfigError, match="leaves the archive's folder"):
+            rp.load_projects(path)
