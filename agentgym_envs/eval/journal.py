@@ -206,10 +206,15 @@ class EpisodeJournal:
         wall = float(row.get("entry_wall_s", 0.0))
         entry = (result.policy, result.entry)
         self._wall[entry] = max(self._wall.get(entry, 0.0), wall)
-        policy_wall = float(row.get("policy_wall_s", 0.0) or wall)
-        self._policy_wall[result.policy] = max(
-            self._policy_wall.get(result.policy, 0.0), policy_wall
-        )
+        if "policy_wall_s" in row:
+            policy_wall = float(row["policy_wall_s"] or 0.0)
+            self._policy_wall[result.policy] = max(
+                self._policy_wall.get(result.policy, 0.0), policy_wall
+            )
+        else:  # a journal from before entries played side by side: one after another
+            self._policy_wall[result.policy] = sum(
+                w for (policy, _), w in self._wall.items() if policy == result.policy
+            )
 
 
 def _end_line(path: Path) -> None:

@@ -643,6 +643,7 @@ class Funnel:
     no_pass_to_pass: int = 0  # every stable test fails: nothing shows what still works
     duplicate: int = 0  # fails the same tests as a mutant kept before
     kept: list[dict[str, Any]] = field(default_factory=list)
+    problem: str = ""  # why no mutant was tried (the project's baseline)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -671,6 +672,7 @@ def mutants(p: Project, count: int, runner: Any = None, first_seed: int = 0) -> 
     base = stored_baseline(p, runner)
     funnel = Funnel(p.key)
     if base.problem:
+        funnel.problem = f"no usable baseline: {base.problem}"
         return funnel
     stable = set(base.stable)
     timeout_s = min(BASELINE_TIMEOUT_S, 3 * max(base.seconds) + 10)
@@ -756,7 +758,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 elif args.step == "mutants":
                     f = mutants(p, args.count)
                     results[p.name] = f.to_json()
-                    what = (
+                    failed += bool(f.problem)
+                    what = f.problem or (
                         f"kept {len(f.kept)} of {f.tried}: {f.undetected} undetected, "
                         f"{f.broke_suite} broke the suite, {f.hung} hung, "
                         f"{f.no_pass_to_pass} failed every "

@@ -358,3 +358,19 @@ def test_a_surrogate_from_the_policy_is_its_failure_not_an_env_error(
     assert all(re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", m.get("tool_call_id", "x")) for m in said)
     report = result_metrics([bad])
     assert report["env_errors"] == 0 and report["valid"] == 1
+
+
+def test_a_journal_from_before_side_by_side_entries_sums_their_times(tmp_path: Path) -> None:
+    from agentgym_envs.eval.journal import EpisodeJournal
+
+    path = tmp_path / "episodes.jsonl"
+    journal = EpisodeJournal(path)
+    first, second = _ep("a", 0, "success"), _ep("b", 0, "failure")
+    journal.add(first, 100.0)
+    journal.add(EpisodeResult("p", "f", first.env_id, "b", 0, 1, second.episode), 200.0)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["policy_wall_s"] for r in rows] == [100.0, 200.0]  # written today
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "policy_wall_s"})
+                            + "\n" for r in rows))  # fmt: skip
+    old = EpisodeJournal.load(path)  # entries that ran one after another: 100 s + 200 s
+    assert old.policy_wall_s("p") == 300.0 and old.wall_s("p", "e") == 100.0
