@@ -134,9 +134,8 @@ def add_parser(sub: Any) -> None:
     g.add_argument(
         "--trim-to",
         type=float,
-        help="beyond --max-context, drop old turns until they fill this share of the room "
-        "the rest of the prompt leaves them, and keep them dropped while the prompt fits, so "
-        "cached prompt heads stay valid (policy default 0.5)",
+        help="beyond --max-context, drop old turns down to this share of it, and keep them "
+        "dropped while the prompt fits, so cached prompt heads stay valid (policy default 0.5)",
     )
     g.add_argument("--device", help="where an hf: model runs: auto, cpu, cuda, cuda:1 ...")
     g.add_argument(

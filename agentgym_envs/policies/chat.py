@@ -15,8 +15,8 @@ system prompt or the task; the one-shot exchange goes only when nothing else is 
 Dropping shifts every later turn, so whatever a cache held of the prompt (the local
 policy's KV cache, a server's prefix cache) is read again from the first dropped turn
 on. To pay that once per several turns rather than on every turn, a trim drops enough
-that the older turns fill only ``trim_to`` of the room they have, and the next turns
-keep the same dropped turns for as long as the prompt fits (on WebShop, 1,000-token pages in an
+to bring the prompt down to ``trim_to`` of the budget, and the next turns keep the same
+dropped turns for as long as the prompt fits (on WebShop, 1,000-token pages in an
 8k context: one 12k-token re-read every turn became one every four turns).
 
 The same module converts between the env's action text and OpenAI ``tool_calls``, both
@@ -359,8 +359,9 @@ class ChatHistories:
         """The slot's messages, without the oldest turns when ``count`` exceeds ``budget``.
 
         The turns the last prompt dropped stay dropped while the prompt fits; when it
-        outgrows the budget, the fewest further turns go that leave the older turns
-        ``trim_to`` of the room the rest (system prompt, task, newest turn) leaves them.
+        outgrows the budget, the fewest further turns go that bring it down to ``trim_to``
+        of the budget (where system prompt, task and newest turn alone fill that much: that
+        leave the older turns ``trim_to`` of the room those leave).
         System prompt, task
         and the newest turn (it holds the current observation) are always kept; the
         one-shot exchange is dropped only when nothing else is left. The token count
@@ -380,9 +381,12 @@ class ChatHistories:
             conv.dropped = 0 if budget is None else kept
             return (self.messages(slot) if budget is None else messages), True
         start = max(kept, min(1, most))
-        # trim_to of the room the droppable turns may fill (what must stay takes the rest)
+        # trim_to of the budget; where what must stay (system, task, newest turn) already
+        # fills that much, trim_to of the room it leaves, so older turns still fit
         floor = count(self.messages(slot, most))
-        target = floor + int((budget - floor) * self.trim_to) if floor < budget else budget
+        target = int(budget * self.trim_to)
+        if floor >= target:
+            target = floor + int((budget - floor) * self.trim_to) if floor < budget else budget
         low = self._fewest_dropped(slot, count, target, start, most)
         conv.dropped = low
         messages = self.messages(slot, low)

@@ -278,9 +278,9 @@ class HFPolicy:
             (seed, the slot's episode seed, turn), so it does not depend on the batch.
         max_context: the context budget in tokens (default: the model's maximum).
         one_shot: add the one-shot example exchange (small models need it).
-        trim_to: when the history outgrows ``max_context``, drop old turns until they fill
-            this share of the room the rest of the prompt leaves them, and keep them
-            dropped while it fits: each trim makes the KV cache read
+        trim_to: when the history outgrows ``max_context``, drop old turns down to this
+            share of it, and keep them dropped while it fits: each trim makes the KV
+            cache read
             the kept turns again, so trimming a little on every turn costs a full re-read
             per turn (see :class:`~.chat.ChatHistories`).
         dtype: parameter dtype (default float32 on CPU, bfloat16 on CUDA).

@@ -77,9 +77,9 @@ class OpenAIPolicy:
             episode seed and the turn, so replies do not depend on batch composition).
         max_context: prompt budget in *estimated* tokens (4 characters per token); the
             oldest turns are dropped beyond it. None: send the whole history.
-        trim_to: when the history outgrows ``max_context``, drop old turns until they fill
-            this share of the room the rest of the prompt leaves them, and keep them
-            dropped while it fits, so a server's prefix cache keeps
+        trim_to: when the history outgrows ``max_context``, drop old turns down to this
+            share of it, and keep them dropped while it fits, so a server's prefix cache
+            keeps
             serving the same prompt head (see :class:`~.chat.ChatHistories`).
         one_shot: add the one-shot example exchange; default: on in text mode only.
         extra_body: more fields for every request (e.g. ``{"stop": ["\\n\\n"]}``).

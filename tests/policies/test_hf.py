@@ -155,13 +155,12 @@ def test_a_trim_is_kept_until_it_is_outgrown_so_cached_prompts_stay_valid() -> N
         drops.append(chats[0].dropped)
     assert drops[:10] == [0] * 10  # everything fits
     trims = [i for i in range(1, 30) if drops[i] != drops[i - 1]]
-    floor = 1 + 4 + 6  # system, task and the newest turn always stay
-    for i in trims:  # a trim leaves the older turns half the room they have
-        assert count(prompts[i]) <= floor + (budget - floor) // 2 < count(prompts[i - 1]) + 6
+    for i in trims:  # a trim brings the prompt down to half the budget
+        assert count(prompts[i]) <= budget // 2 < count(prompts[i - 1]) + 6
     # between two trims each prompt is the one before plus a turn: a cache keeps serving
     for i in set(range(11, 30)) - set(trims):
         assert prompts[i][: len(prompts[i - 1])] == prompts[i - 1]
-    assert len(trims) == 5, drops  # 20 turns past the budget: a trim every 4 turns
+    assert len(trims) == 4, drops  # 20 turns past the budget, 5 turns between trims
     minimal = ChatHistories(one_shot=False, trim_to=1.0)
     minimal.observe(0, "task", _reset_info())
     moved = 0
@@ -172,6 +171,26 @@ def test_a_trim_is_kept_until_it_is_outgrown_so_cached_prompts_stay_valid() -> N
         minimal.fit(0, count, budget)
         moved += minimal[0].dropped != before
     assert moved == 20  # trimming as little as fits shifts the prompt on every turn
+
+
+def test_a_trim_keeps_older_turns_when_the_fixed_part_fills_the_share() -> None:
+    """System prompt and task alone fill more than half the budget: the trim leaves the
+    older turns half the room that is left, rather than keeping only the newest turn."""
+    chats = ChatHistories(one_shot=False)
+
+    def count(messages: list[dict[str, Any]]) -> int:
+        return sum(len(m["content"]) for m in messages)
+
+    chats.observe(0, "t" * 600, _reset_info("s" * 100))
+    budget, kept = 1000, []
+    for i in range(12):
+        chats.record(0, f"a{i:02d}")
+        chats.observe(0, f"obs{i:02d}" + "." * 44, {})  # 3 + 50 characters a turn
+        messages, fits = chats.fit(0, count, budget)
+        assert fits and count(messages) <= budget
+        kept.append(len(chats[0].turns) - chats[0].dropped)
+    # fixed part 753, room 247: a trim keeps the older turns within 123, two of them
+    assert min(kept[5:]) >= 3 and max(kept) <= 5, kept
 
 
 def test_trimming_to_half_the_budget_reads_fewer_prompt_tokens(tiny_folder: str) -> None:
