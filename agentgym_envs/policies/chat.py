@@ -373,13 +373,16 @@ class ChatHistories:
             the budget (the caller decides how to cut further).
         """
         conv = self._slots[slot]
+        if budget is None:
+            conv.dropped = 0
+            return self.messages(slot), True
         # the newest turn holds the current observation: it is always kept
         most = max(0, len(conv.turns) - 1)
         kept = min(conv.dropped, most)
         messages = self.messages(slot, kept)
-        if budget is None or count(messages) <= budget:
-            conv.dropped = 0 if budget is None else kept
-            return (self.messages(slot) if budget is None else messages), True
+        if count(messages) <= budget:
+            conv.dropped = kept
+            return messages, True
         start = max(kept, min(1, most))
         # trim_to of the budget; where what must stay (system, task, newest turn) already
         # fills that much, trim_to of the room it leaves, so older turns still fit
