@@ -197,6 +197,46 @@ def _versions_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str
     return ["entry", "env", "split", "difficulty", "wrappers", *_VERSION_KEYS], rows
 
 
+_BREAKDOWNS = (
+    ("by_difficulty", "level", "Success by difficulty"),
+    ("by_project", "project", "Success by project"),
+)
+"""The per-row breakdowns of success (key in a ``results`` row, name column, section)."""
+
+
+def _breakdown_table(
+    report: Mapping[str, Any], key: str, name: str
+) -> tuple[list[str], list[list[str]]]:
+    """One row per (entry, policy, level or project) of the results rows' ``key``
+    breakdown (``{name: {"episodes", "successes", "success"}}``), entries and policies
+    in the per-entry table's order; no rows where no row has one (a report from before
+    the breakdowns, or of envs without a task set)."""
+    found: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for r in results(report):
+        parts = r.get(key)
+        where = (str(r.get("entry", r.get("env_id", "?"))), str(r.get("policy", "?")))
+        if isinstance(parts, Mapping):
+            found.setdefault(where, parts)
+    rows: list[list[str]] = []
+    for entry in entry_ids(report):
+        for policy in policy_ids(report):
+            for part, counts in found.get((entry, policy), {}).items():
+                if isinstance(counts, Mapping):
+                    episodes = _fixed(0)(counts.get("episodes"))
+                    rows.append([entry, policy, str(part), episodes, _pct(counts.get("success"))])
+    return ["entry", "policy", name, "episodes", "success"], rows
+
+
+def _breakdowns(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The breakdown sections some row has data for: (title, head, rows)."""
+    out = []
+    for key, name, title in _BREAKDOWNS:
+        head, rows = _breakdown_table(report, key, name)
+        if rows:
+            out.append((title, head, rows))
+    return out
+
+
 def _matrix(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     policies = policy_ids(report)
     rows = [[e] + [_success(metrics_of(report, p, e)) for p in policies] for e in entry_ids(report)]
@@ -312,6 +352,11 @@ def render_markdown(report: Mapping[str, Any], plot_dir: str | None = "plots") -
         "",
         _md(*_entry_table(report)),
         "",
+        *[
+            line
+            for title, head, rows in _breakdowns(report)
+            for line in (f"## {title}", "", _md(head, rows), "")
+        ],
         "## Envs and versions",
         "",
         _md(*_versions_table(report)),
@@ -423,6 +468,11 @@ def _header(report: Mapping[str, Any]) -> str:
     return f"<dl>{dl}</dl><h2>Policies</h2><dl>{policies}</dl>{details}"
 
 
+def _html_breakdown(title: str, head: list[str], rows: list[list[str]]) -> str:
+    note = "Episodes and rates are over valid episodes, grouped by the task each one played."
+    return f"<h2>{_e(title)}</h2>\n<p>{note}</p>\n{_html_table(head, rows, text_cols=3)}"
+
+
 def _html(report: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
     name = str(_suite(report).get("name", "?"))
     _, x_label = cost_axis(report)
@@ -446,6 +496,7 @@ def _html(report: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         "<p>Rates are over valid episodes (env errors are excluded and counted apart); "
         "the interval is the 95% Wilson score interval.</p>",
         _html_tables(*_entry_table(report), text_cols=2, title="Per entry"),
+        *[_html_breakdown(*part) for part in _breakdowns(report)],
         "<h2>Envs and versions</h2>",
         _html_table(*_versions_table(report), text_cols=5),
         "<h2>Plots</h2>",

@@ -215,6 +215,54 @@ def test_markdown_report_has_every_section(report: dict[str, Any]) -> None:
     assert "plots/pareto.png" in md and "agentgym/Retail-v0@1" in md
 
 
+def _counts(episodes: int, successes: int) -> dict[str, Any]:
+    return {"episodes": episodes, "successes": successes,
+            "success": successes / episodes if episodes else None}  # fmt: skip
+
+
+def test_breakdown_sections_show_only_where_rows_have_them(report: dict[str, Any]) -> None:
+    """Success by difficulty and by project: a section each where some row has the data
+    (the evaluator leaves a key out where it has none), neither in an older report."""
+    titles = ("Success by difficulty", "Success by project")
+    md, page = render_markdown(report, plot_dir=None), render_html(report)
+    assert not any(t in md or t in page for t in titles)  # the fixture predates them
+    broken = copy.deepcopy(report)
+    for row in broken["results"]:
+        row["by_difficulty"] = {"easy": None, "hard": "n/a"}  # not counts: no table rows
+    assert not any(t in render_markdown(broken) for t in titles)
+    rich = copy.deepcopy(report)
+    for row in rich["results"]:
+        row["by_difficulty"] = {"easy": _counts(30, 27), "hard": _counts(0, 0)}
+        if row["entry"] == "sokoban-easy":
+            row["by_project"] = {"attrs": _counts(4, 1), EVIL: _counts(2, 2)}
+    md = render_markdown(rich, plot_dir=None)
+    assert "## Success by difficulty" in md and "## Success by project" in md
+    assert md.index("## Per entry") < md.index("## Success by difficulty")
+    assert md.index("## Success by project") < md.index("## Envs and versions")
+    assert "| frozenlake | oracle | easy | 30 | 90.0% |" in md
+    assert "| frozenlake | oracle | hard | 0 | - |" in md
+    assert "| sokoban-easy | hf:smollm2 | attrs | 4 | 25.0% |" in md
+    assert "| retail-faults | oracle | attrs |" not in md
+    page = render_html(rich)
+    assert EVIL not in page
+    tables = _tables(page)
+    (levels,) = [t for t in tables if t[0] == ["entry", "policy", "level", "episodes", "success"]]
+    (projects,) = [t for t in tables if t[0][:3] == ["entry", "policy", "project"]]
+    assert len(levels) == 1 + 2 * len(ENTRIES) * len(POLICY_SUCCESSES)
+    assert levels[1] == ["sokoban-easy", "oracle", "easy", "30", "90.0%"]  # entry, then policy
+    assert projects[1:] == [
+        ["sokoban-easy", pid, name, n, rate]
+        for pid in POLICY_SUCCESSES
+        for name, n, rate in (("attrs", "4", "25.0%"), (EVIL, "2", "100.0%"))
+    ]
+    only_levels = copy.deepcopy(rich)
+    for row in only_levels["results"]:
+        row.pop("by_project", None)
+    md, page = render_markdown(only_levels, plot_dir=None), render_html(only_levels)
+    assert "## Success by difficulty" in md and "Success by project" not in md
+    assert "<h2>Success by difficulty</h2>" in page and "Success by project" not in page
+
+
 # -- HTML -------------------------------------------------------------------------------
 
 
