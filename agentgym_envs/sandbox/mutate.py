@@ -14,7 +14,7 @@ import bisect
 import difflib
 import random
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
@@ -550,7 +550,11 @@ def apply_many(files: Mapping[str, str], sites: Sequence[Site]) -> dict[str, str
 
 
 def sample_sites(
-    files: Mapping[str, str], k: int, seed: int, kinds: Sequence[MutationKind] | None = None
+    files: Mapping[str, str],
+    k: int,
+    seed: int,
+    kinds: Sequence[MutationKind] | None = None,
+    where: Callable[[Site], bool] | None = None,
 ) -> list[Site]:
     """Draw ``k`` distinct, non-overlapping sites from the ``.py`` files, seeded.
 
@@ -563,6 +567,7 @@ def sample_sites(
         k: How many sites to draw.
         seed: Seed of the ``random.Random`` that draws them.
         kinds: Allowed kinds; all of them when None.
+        where: Only sites it accepts are drawn (all when None).
 
     Returns:
         Up to ``k`` sites (fewer when the files hold fewer), ordered by path and position.
@@ -575,7 +580,12 @@ def sample_sites(
         raise ArgumentError(f"k must be >= 0 (the number of sites to draw), got {k}")
     allowed = list(MutationKind) if kinds is None else [MutationKind(kind) for kind in kinds]
     paths = sorted(p for p in files if p.endswith(".py"))
-    pool = [c for p in paths for c in _candidates(files[p], p) if c.site.kind in allowed]
+    pool = [
+        c
+        for p in paths
+        for c in _candidates(files[p], p)
+        if c.site.kind in allowed and (where is None or where(c.site))
+    ]
     rng, chosen = random.Random(seed), list[_Candidate]()
     while len(chosen) < k:
         free = [c for c in pool if not any(_overlaps(c, o) for o in chosen)]

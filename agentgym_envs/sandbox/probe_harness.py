@@ -2,11 +2,16 @@
 as ``agentgym_probe`` and uses the standard library only (pytest in record mode).
 
 Record (build time, on the task's *correct* code only; a pytest plugin loaded with
-``-p agentgym_probe`` and ``AGENTGYM_PROBE_PACKAGE`` = the package; the calls go to
-``calls.json`` in ``AGENTGYM_RESULTS_DIR``): every function,
-method, property and constructor the package defines is wrapped; a call made directly
-from a file under ``tests/`` is written down, before it runs, as plain data: its target,
-its receiver's state and its arguments. Calls whose inputs are not plain data are left out.
+``-p agentgym_probe``, ``AGENTGYM_PROBE_PACKAGE`` = the package, or several joined by
+commas, and ``AGENTGYM_PROBE_TESTS`` = the test folders or files relative to the rootdir,
+joined by ``os.pathsep`` (default ``tests``); the calls go to ``calls.json`` in
+``AGENTGYM_RESULTS_DIR``): every function, method, property and constructor the package
+defines (outside its test modules) is wrapped; a call made directly from a test file is
+written down, before it runs, as plain data: its target, its receiver's state and its
+arguments (at most ``AGENTGYM_PROBE_MAX_CALLS`` per test where that is set: a test
+may loop over 10,000 inputs). Calls whose inputs are not plain data
+are left out. Every wrapped function a test reaches, directly or not, is noted too
+(``covered``: the test ids by function), which selects the tests a bug can affect.
 
 Replay (grading; ``python -m agentgym_probe --path . PACKAGE`` with the calls on stdin
 and ``AGENTGYM_RESULTS`` = the output file): each call is made on the code in the working
@@ -68,15 +73,19 @@ def resolve(path: str) -> Any:
     return obj
 
 
+def in_packages(name: str, packages: tuple[str, ...]) -> bool:
+    """Whether the module ``name`` is one of ``packages`` or inside one."""
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 class _Encoder:
     def __init__(self, package: str, read_iterators: bool) -> None:
-        self.package = package
+        self.packages = tuple(package.split(","))
         self.read_iterators = read_iterators
         self.count = 0
 
     def ours(self, cls: type) -> bool:
-        module = getattr(cls, "__module__", "") or ""
-        return module == self.package or module.startswith(self.package + ".")
+        return in_packages(getattr(cls, "__module__", "") or "", self.packages)
 
     def __call__(self, value: Any, depth: int = 0) -> Any:
         self.count += 1
@@ -165,6 +174,12 @@ class _Encoder:
         out["state"] = [[k, self(v, down)] for k, v in sorted(state.items())]
         if issubclass(type(value), tuple):
             out["items"] = [self(v, down) for v in tuple.__iter__(value)]
+        elif issubclass(type(value), list):
+            out["items"] = [self(v, down) for v in list.__iter__(value)]
+        elif issubclass(type(value), dict):  # what it holds, read as a plain dict
+            out["pairs"] = [[self(k, down), self(v, down)] for k, v in dict.items(value)]
+        elif issubclass(type(value), set | frozenset):
+            out["items"] = sorted((self(v, down) for v in set(value)), key=_canonical)
         if issubclass(type(value), BaseException):
             args: Any = BaseException.__dict__["args"].__get__(value)  # not an override
             out["args"] = [self(v, down) for v in args]
@@ -214,11 +229,23 @@ def _rebuild(cls: Any, data: dict[str, Any]) -> Any:
     obj: Any
     if issubclass(cls, tuple):
         obj = tuple.__new__(cls, [decode(v) for v in data.get("items", ())])
+    elif issubclass(cls, frozenset):
+        obj = frozenset.__new__(cls, [decode(v) for v in data.get("items", ())])
+    elif issubclass(cls, list | dict | set):
+        base = next(b for b in (list, dict, set) if issubclass(cls, b))
+        obj = base.__new__(cls)
     elif issubclass(cls, BaseException):
         obj = BaseException.__new__(cls)
         obj.args = tuple(decode(v) for v in data.get("args", ()))
     else:
         obj = object.__new__(cls)
+    if isinstance(obj, list):
+        list.extend(obj, [decode(v) for v in data.get("items", ())])
+    elif isinstance(obj, dict):
+        for key, value in data.get("pairs", ()):
+            dict.__setitem__(obj, decode(key), decode(value))
+    elif isinstance(obj, set):
+        set.update(obj, [decode(v) for v in data.get("items", ())])
     for key, value in data["state"]:
         object.__setattr__(obj, key, decode(value))
     return obj
@@ -261,23 +288,40 @@ class Recorder:
     """Wraps the package's callables and writes down the calls tests make (module
     docstring). Only ever used on correct code, at build time."""
 
-    def __init__(self, package: str, tests_root: str) -> None:
+    def __init__(
+        self, package: str, root: str, tests: tuple[str, ...] = ("tests",), per_test: int = 0
+    ) -> None:
         self.package = package
-        self.tests_root = os.path.realpath(tests_root) + os.sep
-        self.root = os.path.dirname(os.path.realpath(tests_root))
+        self.max_per_test = per_test  # 0: no cap
+        self.packages = tuple(package.split(","))
+        self.root = os.path.realpath(root)
+        self.tests = tuple(os.path.realpath(os.path.join(root, t)) for t in tests)
         self.calls: list[dict[str, Any]] = []
         self.left_out = 0
         self.test = ""
+        self.per_test: dict[str, int] = {}
+        self.covered: dict[str, set[str]] = {}
         self._local = threading.local()
         self._wrapped: dict[int, Any] = {}
+        self._files: dict[str, bool] = {}
 
     def install(self) -> None:
-        """Import the package and every module in it; wrap what they define."""
-        root = importlib.import_module(self.package)
-        for info in pkgutil.walk_packages(getattr(root, "__path__", []), self.package + "."):
-            if not info.name.endswith("__main__"):
-                importlib.import_module(info.name)
-        modules = [m for n, m in sorted(sys.modules.items()) if self._in_package(n)]
+        """Import the package and every module in it but its tests; wrap what they
+        define."""
+        for package in self.packages:
+            root = importlib.import_module(package)
+            for info in pkgutil.walk_packages(getattr(root, "__path__", []), package + "."):
+                if info.name.endswith("__main__") or self._is_test(info.name):
+                    continue
+                try:
+                    importlib.import_module(info.name)
+                except Exception:  # an optional module whose dependency is missing
+                    continue
+        modules = [
+            m
+            for n, m in sorted(sys.modules.items())
+            if self._in_package(n) and not self._from_tests(getattr(m, "__file__", None) or "")
+        ]
         for module in modules:
             for value in list(vars(module).values()):
                 if isinstance(value, type) and self._in_package(value.__module__):
@@ -290,7 +334,12 @@ class Recorder:
                     setattr(module, name, self._wrapped[id(value)])
 
     def _in_package(self, name: str) -> bool:
-        return name == self.package or name.startswith(self.package + ".")
+        return in_packages(name, self.packages)
+
+    def _is_test(self, module: str) -> bool:
+        """A module of the package that is one of its tests (never imported here)."""
+        parts = module.split(".")
+        return any(p in ("tests", "test", "testing") or p.startswith("test_") for p in parts)
 
     def _defined_here(self, fn: Any) -> bool:
         return self._in_package(fn.__module__ or "") and "<locals>" not in fn.__qualname__
@@ -317,7 +366,11 @@ class Recorder:
     def _wrapper(self, fn: Any, kind: str, name: str = "") -> Any:
         recorder = self
 
+        target = path_of(fn)
+
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if recorder.test:
+                recorder.covered.setdefault(target, set()).add(recorder.test)
             caller = sys._getframe(1).f_code.co_filename
             if not getattr(recorder._local, "busy", False) and recorder._from_tests(caller):
                 recorder._note(fn, kind, name, args, kwargs, caller)
@@ -329,12 +382,22 @@ class Recorder:
         return wrapper
 
     def _from_tests(self, filename: str) -> bool:
-        return os.path.realpath(filename).startswith(self.tests_root)
+        found = self._files.get(filename)
+        if found is None:  # realpath costs a system call per part: once per file
+            real = os.path.realpath(filename) if filename else ""
+            found = any(real == t or real.startswith(t + os.sep) for t in self.tests)
+            self._files[filename] = found
+        return found
 
     def _note(self, fn: Any, kind: str, name: str, args: Any, kwargs: Any, caller: str) -> None:
+        # during collection, the test file stands for the test
+        where = self.test or os.path.relpath(os.path.realpath(caller), self.root)
+        made = self.per_test.get(where, 0)
+        if self.max_per_test and made >= self.max_per_test:
+            return
+        self.per_test[where] = made + 1
         self._local.busy = True
-        try:  # during collection, the test file stands for the test
-            where = self.test or os.path.relpath(os.path.realpath(caller), self.root)
+        try:
             call: dict[str, Any] = {"test": where, "kind": kind}
             if kind == "function":
                 call["target"] = path_of(fn)
@@ -360,7 +423,9 @@ def pytest_configure(config: Any) -> None:
     global _RECORDER
     if os.environ.get("AGENTGYM_PROBE_PACKAGE") and _RECORDER is None:
         package = os.environ["AGENTGYM_PROBE_PACKAGE"]
-        _RECORDER = Recorder(package, os.path.join(str(config.rootpath), "tests"))
+        tests = os.environ.get("AGENTGYM_PROBE_TESTS") or "tests"
+        cap = int(os.environ.get("AGENTGYM_PROBE_MAX_CALLS") or 0)
+        _RECORDER = Recorder(package, str(config.rootpath), tuple(tests.split(os.pathsep)), cap)
         _RECORDER.install()
 
 
@@ -371,7 +436,8 @@ def pytest_runtest_setup(item: Any) -> None:
 
 def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
     if _RECORDER is not None:
-        data = {"calls": _RECORDER.calls, "left_out": _RECORDER.left_out}
+        covered = {k: sorted(v) for k, v in sorted(_RECORDER.covered.items())}
+        data = {"calls": _RECORDER.calls, "left_out": _RECORDER.left_out, "covered": covered}
         with open(os.path.join(os.environ["AGENTGYM_RESULTS_DIR"], "calls.json"), "w") as fh:
             json.dump(data, fh)
 
@@ -444,7 +510,8 @@ def main(argv: list[str]) -> int:
     (package,) = argv
     calls = json.loads(sys.stdin.read())
     try:
-        importlib.import_module(package)
+        for name in package.split(","):
+            importlib.import_module(name)
         observed: Any = replay(package, calls)
     except BaseException as exc:  # the package does not import
         observed = {"import_failed": path_of(type(exc))}

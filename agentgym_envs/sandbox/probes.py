@@ -39,6 +39,7 @@ import ast
 import functools
 import json
 import math
+import os
 import shutil
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -85,8 +86,11 @@ class ProbeSet:
     paths: tuple[str, ...]  # the import path entries the tests use (pytest's pythonpath)
     content_hash: str
     probes: tuple[Probe, ...]
+    all_hidden: bool = False  # a real project's: every probe is a hidden test's
 
     def suite(self, name: str) -> tuple[Probe, ...]:
+        if self.all_hidden:
+            return self.probes if name == "hidden" else ()
         return tuple(p for p in self.probes if p.suite == name)
 
 
@@ -281,48 +285,76 @@ def load(repo: str) -> ProbeSet:
     return ProbeSet(repo, data["package"], tuple(data["paths"]), data["content_hash"], probes)
 
 
-def record(runner: TestRunner, repo_root: Path, package: str, work: Path) -> list[dict[str, Any]]:
-    """Run the repository's tests on its correct code with the recorder: the calls the
-    tests made into the package (see ``probe_harness``)."""
+def record(
+    runner: TestRunner,
+    repo_root: Path,
+    package: str,
+    work: Path,
+    tests: Sequence[str] = ("tests",),
+    *,
+    timeout_s: float = RECORD_TIMEOUT_S,
+    strict: bool = True,
+    per_test: int = 0,
+) -> dict[str, Any]:
+    """Run the repository's tests (``tests``: folders or files) on its correct code with
+    the recorder: the calls the tests made into ``package`` (one or several, joined by
+    commas) and which tests reached each of its functions (``covered``; see
+    ``probe_harness``), at most ``per_test`` calls per test (0: all). With ``strict`` a
+    test that fails under the recorder is an error; without, its calls are kept (each is
+    replayed on the correct code anyway)."""
     shutil.copytree(repo_root, work, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     env = {
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "AGENTGYM_PROBE_PACKAGE": package,
+        "AGENTGYM_PROBE_TESTS": os.pathsep.join(tests),
+        "AGENTGYM_PROBE_MAX_CALLS": str(per_test),
         "PYTHONHASHSEED": "0",
     }
     result, files = runner.python(
         work,
         ["-m", "pytest", "-q", "-p", PROBE, "-p", "no:cacheprovider", "-c", "pyproject.toml",
-         "--rootdir", ".", "-o", "addopts=", "tests"],
-        timeout_s=RECORD_TIMEOUT_S,
+         "--rootdir", ".", "-o", "addopts=", *tests],
+        timeout_s=timeout_s,
         env=env,
         read=("calls.json",),
     )  # fmt: skip
     raw = files["calls.json"]
-    if result.exit_code != 0 or raw is None:
+    if (strict and result.exit_code != 0) or raw is None:
         raise ConfigError(
             f"recording the calls of {repo_root.name}'s tests failed (exit code "
             f"{result.exit_code}): {result.stdout[-2000:]}{result.stderr[-2000:]}"
         )
-    calls: list[dict[str, Any]] = json.loads(raw)["calls"]
-    return calls
+    data: dict[str, Any] = json.loads(raw)
+    return data
 
 
-def build(runner: TestRunner, repo: str, work: Path) -> dict[str, Any]:
-    """The probe file's contents for a fixture repository (module docstring, step 1)."""
-    root = repo_dir(repo)
-    package, paths = repo, import_paths(root)
-    calls = record(runner, root, package, work / "record")
+def stable_probes(
+    runner: TestRunner,
+    root: Path,
+    package: str,
+    paths: Sequence[str],
+    calls: Sequence[Mapping[str, Any]],
+    work: Path,
+    *,
+    ignore: Any,
+    readers: set[tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """Replay ``calls`` :data:`REPLAYS` times on the correct code at ``root`` (copied
+    without what ``ignore`` leaves out) and keep those observed alike every time: the
+    probes, with the observation as their expectation. A message is kept only for tests
+    that read one (``readers``)."""
     runs = []
     for i in range(REPLAYS):
         copy = work / f"replay{i}"
-        shutil.copytree(root, copy, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+        shutil.copytree(root, copy, ignore=ignore)
         observed = replay(runner, copy, package, paths, [_inputs(c) for c in calls])
+        remove_tree(copy)
         if isinstance(observed, str):
-            raise ConfigError(f"replaying {repo}'s calls on its correct code failed: {observed}")
+            raise ConfigError(
+                f"replaying {root.name}'s calls on its correct code failed: {observed}"
+            )
         runs.append(observed)
     probes = []
-    readers = _message_readers(root)
     for i, call in enumerate(calls):
         first = runs[0][i]
         stable = all(same(first, r[i]) for r in runs[1:])
@@ -330,6 +362,19 @@ def build(runner: TestRunner, repo: str, work: Path) -> dict[str, Any]:
             if _function_of(call["test"]) not in readers:
                 first.pop("message", None)  # the type is what such a test checks
             probes.append({"test": call["test"], "call": _inputs(call), "expected": first})
+    return probes
+
+
+def build(runner: TestRunner, repo: str, work: Path) -> dict[str, Any]:
+    """The probe file's contents for a fixture repository (module docstring, step 1)."""
+    root = repo_dir(repo)
+    package, paths = repo, import_paths(root)
+    calls = record(runner, root, package, work / "record")["calls"]
+    probes = stable_probes(
+        runner, root, package, paths, calls, work,
+        ignore=shutil.ignore_patterns("tests", "__pycache__"),
+        readers=message_readers(root, ["tests"]),
+    )  # fmt: skip
     return {
         "version": VERSION,
         "repo": repo,
@@ -347,26 +392,42 @@ def _function_of(test: str) -> tuple[str, str]:
     return file, rest.split("::")[-1].split("[")[0]
 
 
-def _message_readers(root: Path) -> set[tuple[str, str]]:
-    """The test functions that read an exception's message: ``pytest.raises(...,
-    match=...)``, or ``raises(...) as info`` and then ``info.value``. For the others an
-    exception's type is the expectation, so a fix that words a message differently
-    still passes where the tests would."""
+def message_readers(root: Path, tests: Sequence[str]) -> set[tuple[str, str]]:
+    """The test functions (file, name) under ``tests`` that read an exception's message:
+    ``pytest.raises(..., match=...)``, ``raises(...) as info`` and then ``info.value``,
+    ``assertRaisesRegex`` and its kind, an ``assertRaises(...) as`` context, or an
+    ``except E as error`` clause. For the others an exception's type is the
+    expectation, so a fix that words a message differently still passes where the tests
+    would."""
     found = set()
-    for path in sorted((root / "tests").rglob("test_*.py")):
-        tree = ast.parse(path.read_text())
-        for func in ast.walk(tree):
-            if isinstance(func, ast.FunctionDef) and _reads_message(func):
-                found.add((str(path.relative_to(root)), func.name))
+    for test in tests:
+        where = root / test
+        files = sorted(where.rglob("*.py")) if where.is_dir() else [where]
+        for path in files:
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, ValueError, OSError):
+                continue
+            for func in ast.walk(tree):
+                if isinstance(func, ast.FunctionDef) and _reads_message(func):
+                    found.add((str(path.relative_to(root)), func.name))
     return found
 
 
 def _reads_message(func: ast.FunctionDef) -> bool:
     names = set()
     for node in ast.walk(func):
+        if isinstance(node, ast.ExceptHandler) and node.name:  # except E as error: ...
+            return True
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name.startswith("assertRaisesRegex") or name.startswith("assertWarnsRegex"):
+                return True
         if isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call):
             call = node.context_expr
             name = getattr(call.func, "attr", getattr(call.func, "id", ""))
+            if name in ("assertRaises", "assertWarns") and node.optional_vars is not None:
+                return True
             if name == "raises":
                 if any(k.arg == "match" for k in call.keywords):
                     return True

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from agentgym_envs.core import pyast
@@ -298,10 +298,16 @@ class WorkspaceManager:
         self._count = 0
 
     def template(
-        self, key: str, repo: Path, files: Mapping[str, str]
+        self,
+        key: str,
+        repo: Path,
+        files: Mapping[str, str],
+        ignore: Callable[[str, list[str]], Iterable[str]] | None = None,
     ) -> tuple[Path, dict[str, str]]:
         """The immutable template for ``key`` (built once): ``repo`` without its hidden
-        tests, ``files`` written over it, committed as a fresh repository."""
+        tests (what ``ignore``, a ``copytree`` filter, leaves out; default: folders named
+        ``hidden`` and caches), ``files`` written over it, committed as a fresh
+        repository."""
         found = self.templates.get(key)
         if found is not None:
             self.templates.move_to_end(key)
@@ -311,9 +317,8 @@ class WorkspaceManager:
             remove_tree(old)
         self._count += 1
         target = self.dir / "templates" / f"t{self._count}"
-        shutil.copytree(
-            repo, target, ignore=shutil.ignore_patterns("hidden", "__pycache__", ".pytest_cache")
-        )
+        default = shutil.ignore_patterns("hidden", "__pycache__", ".pytest_cache")
+        shutil.copytree(repo, target, ignore=ignore or default)
         for relative, text in files.items():
             (target / relative).write_text(text)
         if shutil.which("git") is None:

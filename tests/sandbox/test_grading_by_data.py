@@ -123,7 +123,7 @@ def test_the_committed_probes_match_their_fixtures_and_cover_both_suites() -> No
 
 def test_a_message_is_expected_only_where_a_test_reads_it() -> None:
     loaded = probes.load("intervals")
-    readers = probes._message_readers(tasks.repo_dir("intervals"))
+    readers = probes.message_readers(tasks.repo_dir("intervals"), ["tests"])
     raised = [p for p in loaded.probes if "raised" in p.expected]
     assert raised and any("message" in p.expected for p in raised)
     for probe in raised:
