@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import html.parser
 import http.client
@@ -79,6 +80,8 @@ class Project:
         packages: the importable top-level packages or modules (default: found).
         tests: test folders or files of the archive (default: found).
         license_file: the license's path in the archive (default: found).
+        split: ``ood`` holds the project out: its tasks form the ``ood`` split and no
+            ``train`` or ``test`` task comes from it ("" for the others).
     """
 
     name: str
@@ -89,6 +92,7 @@ class Project:
     packages: tuple[str, ...] = ()
     tests: tuple[str, ...] = ()
     license_file: str = ""
+    split: str = ""
 
     @property
     def key(self) -> str:
@@ -137,6 +141,10 @@ def load_projects(path: str | Path | None = None) -> list[Project]:
         sha = str(data["sha256"]).lower()
         if len(sha) != 64 or set(sha) - set("0123456789abcdef"):
             raise ConfigError(f"{where}: sha256 must be 64 hex digits, got {data['sha256']!r}")
+        if data.get("split", "") not in ("", "ood"):
+            raise ConfigError(
+                f'{where}: split must be "ood" (held out) or left out, got {data["split"]!r}'
+            )
         for many in ("packages", "tests"):
             data[many] = tuple(data.get(many) or ())
         for path_field in (*data["packages"], *data["tests"], data.get("root") or "",
@@ -151,9 +159,17 @@ def load_projects(path: str | Path | None = None) -> list[Project]:
     return projects
 
 
+@functools.lru_cache(maxsize=8)
+def _pinned(path: str, mtime_ns: int) -> tuple[Project, ...]:
+    return tuple(load_projects(path))
+
+
 def project(name: str, projects: Sequence[Project] | None = None) -> Project:
-    """The pinned project called ``name``."""
-    projects = load_projects() if projects is None else projects
+    """The pinned project called ``name`` (the pinned list is read again only when it
+    changed: an env looks its project up at every reset)."""
+    if projects is None:
+        path = pinned_path()
+        projects = _pinned(str(path), path.stat().st_mtime_ns)
     for p in projects:
         if p.name == name:
             return p
