@@ -261,8 +261,7 @@ def test_every_pinned_project_fetches_and_has_a_stable_baseline(tmp_path: Path) 
         result = rp.stored_baseline(p)
         if result.problem or len(result.stable) < 5:
             problems[p.name] = result.problem or f"only {len(result.stable)} stable tests"
-    # not usable yet, and why: docs/results/repofix_real/README.md
-    assert set(problems) <= set(), problems
+    assert problems == {}  # every pinned project is usable
 
 
 def test_a_new_pin_of_the_same_version_never_reuses_the_old_files(index: Path) -> None:
