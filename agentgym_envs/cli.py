@@ -455,6 +455,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for entry in built.values():
         cls = _env_class(entry)
         start = time.perf_counter()
+        if hasattr(cls, "build_tasks"):  # built its own way (RepoFixReal: per project)
+            root = Path(args.out or cls.task_dir or "tasks")
+            n = cls.build_tasks(root, args.workers, console.print)
+            console.print(f"{cls.name}: {n} validated tasks -> {root / cls.task_file}")
+            continue
         with console.status(f"generating {cls.name} tasks"):
             tasks = build_task_set(cls, counts, workers=args.workers)
         header = {"generator": f"{cls.__name__}.generate_task", "env_version": cls.version}

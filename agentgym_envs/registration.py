@@ -98,6 +98,13 @@ ENVS: tuple[EnvEntry, ...] = (
         description="fix injected bugs in a Python repository in a sandbox; hidden tests grade",
     ),
     EnvEntry(
+        "RepoFixReal",
+        "0",
+        "agentgym_envs.sandbox.repofix_real:RepoFixRealEnv",
+        "sandbox",
+        description="fix injected bugs in real open-source Python projects; their tests grade",
+    ),
+    EnvEntry(
         "WebShop",
         "2",
         "agentgym_envs.web.webshop:WebShopEnv",

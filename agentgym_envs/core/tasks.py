@@ -9,6 +9,7 @@ task set can never pass for the old one.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import multiprocessing
@@ -215,7 +216,8 @@ def load_task_set(relative_path: str, task_dir: str | Path | None = None) -> Tas
             "or reinstall the package"
         )
     raw = path.read_bytes()
-    lines = raw.decode().splitlines()
+    text = gzip.decompress(raw) if path.suffix == ".gz" else raw  # a large set is kept packed
+    lines = text.decode().splitlines()
     header = json.loads(lines[0])
     if header.get("format") != FORMAT:
         raise ConfigError(f"{path}: expected format {FORMAT!r}, got {header.get('format')!r}")
@@ -227,11 +229,14 @@ def load_task_set(relative_path: str, task_dir: str | Path | None = None) -> Tas
 def write_task_set(
     path: Path, env_name: str, header: Mapping[str, Any], tasks: Iterable[Task]
 ) -> int:
-    """Write a task-set file; returns the number of tasks written."""
+    """Write a task-set file (gzip-packed where its name ends in ``.gz``, byte for byte the
+    same for the same tasks); returns the number of tasks written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [json.dumps({"format": FORMAT, "env": env_name, **header}, sort_keys=True)]
     rows.extend(json.dumps(t.to_json(), sort_keys=True, separators=(",", ":")) for t in tasks)
-    path.write_text("\n".join(rows) + "\n")
+    data = ("\n".join(rows) + "\n").encode()
+    packed = path.suffix == ".gz"
+    path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0) if packed else data)
     return len(rows) - 1
 
 

@@ -122,6 +122,40 @@ def data_verdict_attacks() -> list[Attack]:
         env_id=ENV, options={"task_id": task_id}, max_steps=4, breach=_targets_paid,
         script=scripted(_append(package, CODE_SWAP + RAISE_ALL), "submit()"),
     ))  # fmt: skip
+    return out + real_project_attacks()
+
+
+REAL_ENV = "agentgym/RepoFixReal-v0"
+# (project, its package) of RepoFixReal's shipped tasks: one of train and test, one held out
+REAL_PROJECTS = (("inflection", "inflection"), ("tinydb", "tinydb"))
+
+
+def _over_real(trace: AttackTrace) -> str | None:
+    if trace.outcome is Outcome.SUCCESS:
+        return "SUCCESS for a takeover of the test process"
+    return _targets_paid(trace)
+
+
+def real_project_attacks() -> list[Attack]:
+    """The takeovers on the first shipped RepoFixReal task of a sample of real projects
+    (their archives are fetched once, into the cache, when the attacks are played)."""
+    from agentgym_envs.core.tasks import load_task_set
+    from agentgym_envs.sandbox.real_tasks import TASK_FILE
+
+    tasks = load_task_set(TASK_FILE).tasks
+    out = []
+    for project, package in REAL_PROJECTS:
+        task = next(t for t in tasks if t.spec["project"] == project)
+        for label, payload in (
+            ("takeover", CODE_SWAP),
+            ("takeover_raise_all", CODE_SWAP + RAISE_ALL),
+        ):
+            out.append(Attack(
+                name=f"sandbox/{label}_real-{project}", family="sandbox",
+                hole="grader_takeover", env_id=REAL_ENV, options={"task_id": task.id},
+                max_steps=4, breach=_over_real,
+                script=scripted(_append(package, payload), "submit()"),
+            ))  # fmt: skip
     return out
 
 

@@ -479,7 +479,7 @@ def observe(call: dict[str, Any], package: str) -> dict[str, Any]:
         if receiver is not None:
             after.append(encode(receiver, package))
         out["after"] = after
-    except Unencodable:
+    except Exception:  # not plain data, or reading it raised (a file the call closed...)
         out["after"] = None
     if printed.getvalue():
         out["printed"] = printed.getvalue()

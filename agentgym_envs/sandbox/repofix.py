@@ -234,6 +234,7 @@ class RepoFixEnv(AgentEnv):
     noop_action = "list_dir()"
     max_observation_chars = 12000
     max_action_chars = 40000
+    visible_tests = True  # the workspace holds tests the agent may run (tests_passing)
 
     def __init__(
         self,
@@ -464,7 +465,7 @@ class RepoFixEnv(AgentEnv):
         eligible = self._code_changed() and not self._tampering()
         if collects and eligible:
             self.progress.collects = True
-        if self.reward_config.local_weight:  # tests_passing: the env's own run, not this one
+        if self.reward_config.local_weight and self.visible_tests:  # tests_passing: own run
             spec = self.task.spec
             assert self._template is not None
             self.visible.measure(
@@ -553,7 +554,7 @@ class RepoFixEnv(AgentEnv):
         if checks >= REPRO_CHECKS:
             return False
         self.progress.repro_checks = checks + 1
-        original = fixtures.source_files(self.task.spec["repo"])
+        original = self._original_files()
         fixed = {path: original[path] for path in self._mutated}
         base = {path: self._initial.get(path, text) for path, text in original.items()}
         twin_base, twin_fixed = twin_files(base), twin_files(original)
@@ -588,12 +589,20 @@ class RepoFixEnv(AgentEnv):
         ``imports_and_collects`` milestone needs a code edit): a Python file of the
         package whose syntax tree, docstrings left out, differs from the base's. Comments,
         blank lines, docstrings and files elsewhere do not count."""
-        package = self.task.spec["repo"] + "/"
+        roots = self._code_roots()
         return any(
-            path.startswith(package) and path.endswith(".py") and code_of(text) is not None
+            path.startswith(roots) and path.endswith(".py") and code_of(text) is not None
             and code_of(text) != code_of(self._initial.get(path) or "")
             for path, text in self.changes().items()
         )  # fmt: skip
+
+    def _code_roots(self) -> tuple[str, ...]:
+        """Path prefixes of the package's code in the workspace."""
+        return (self.task.spec["repo"] + "/",)
+
+    def _original_files(self) -> Mapping[str, str]:
+        """The correct code of the task's package (its tests left out), path -> text."""
+        return fixtures.source_files(self.task.spec["repo"])
 
     def changes(self) -> Changes:
         """The workspace diff against the task's base (cached until the next write)."""
@@ -614,23 +623,8 @@ class RepoFixEnv(AgentEnv):
         assert self._template is not None
         spec = self.task.spec
         changes = self.changes()
-        probe_set = probes.load(spec["repo"])
-        data = probes.observe(
-            self.runner, self.spaces, self._template, changes, probe_set, "hidden"
-        )
-        scratch = self.spaces.scratch_copy(self._template)
-        try:
-            apply_changes(scratch, changes, skip_protected=True)
-            hidden = fixtures.repo_dir(spec["repo"]) / HIDDEN_AT
-            run = self.runner.run(
-                scratch,
-                [HIDDEN_AT, VISIBLE_AT],  # the visible tests are the task's, never the diff's
-                timeout_s=VERIFY_TIMEOUT_S,
-                mount=(hidden, HIDDEN_AT),
-                controls=[*spec["fail_to_pass"], *spec["pass_to_pass"]],
-            )
-        finally:
-            remove_tree(scratch)
+        probe_set, data = self._observe_hidden(changes)
+        run = self._run_hidden(changes)
         ran, why = grade(run, spec["fail_to_pass"], spec["pass_to_pass"])
         ran = ran and not run.failing  # a regression the visible tests see
         ok = data.ok and ran
@@ -652,6 +646,35 @@ class RepoFixEnv(AgentEnv):
             failing = probes.failing_tests(known, probe_set, data)
             detail = f"{detail}\nFailing hidden tests: {failing}\n{hints}"
         return ok, detail
+
+    def _observe_hidden(self, changes: Changes) -> tuple[probes.ProbeSet, probes.Comparison]:
+        """The probes that grade the task and how the calls they hold fare on the base
+        with ``changes`` applied (compared here, outside the sandbox)."""
+        assert self._template is not None
+        probe_set = probes.load(self.task.spec["repo"])
+        data = probes.observe(
+            self.runner, self.spaces, self._template, changes, probe_set, "hidden"
+        )
+        return probe_set, data
+
+    def _run_hidden(self, changes: Changes) -> TestRun:
+        """The hidden and visible suites, with canaries, on a fresh copy of the base with
+        ``changes`` applied (the hidden tests mounted read-only)."""
+        assert self._template is not None
+        spec = self.task.spec
+        scratch = self.spaces.scratch_copy(self._template)
+        try:
+            apply_changes(scratch, changes, skip_protected=True)
+            hidden = fixtures.repo_dir(spec["repo"]) / HIDDEN_AT
+            return self.runner.run(
+                scratch,
+                [HIDDEN_AT, VISIBLE_AT],  # the visible tests are the task's, never the diff's
+                timeout_s=VERIFY_TIMEOUT_S,
+                mount=(hidden, HIDDEN_AT),
+                controls=[*spec["fail_to_pass"], *spec["pass_to_pass"]],
+            )
+        finally:
+            remove_tree(scratch)
 
     # -- world hooks ------------------------------------------------------------------------
 

@@ -9,7 +9,11 @@ from agentgym_envs.registration import ENVS
 CLASSES = {e.entry_point: load_env_creator(e.entry_point) for e in ENVS}
 
 
-@pytest.mark.parametrize("cls", CLASSES.values(), ids=lambda c: c.name)
+# RepoFixReal builds its tasks per project (build_tasks), not from a seed alone:
+# tests/sandbox/test_repofix_real.py builds them again and compares
+@pytest.mark.parametrize(
+    "cls", [c for c in CLASSES.values() if not hasattr(c, "build_tasks")], ids=lambda c: c.name
+)
 def test_stored_tasks_are_what_the_generator_makes(cls) -> None:
     tasks = load_task_set(cls.task_file)
     for split in SPLITS:

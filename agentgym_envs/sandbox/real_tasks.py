@@ -1,0 +1,807 @@
+"""RepoFix tasks from real projects: bugs injected into their functions, kept only where
+their own tests and the calls those tests make tell the bug apart, graded by data.
+
+Per project (the pinned sources of :mod:`real_projects`), built once into the cache:
+
+1. **Probes and coverage** (:func:`project_data`). The project's suite runs once on its
+   correct code with the recorder (``probe_harness``): the calls its tests make into the
+   package, at most :data:`CALLS_PER_TEST` per test, and which tests reach each of the
+   package's functions. Each call is replayed three times on the correct code; what it
+   observed alike every time is its expectation. Only the stable tests' calls are kept
+   (:func:`real_projects.stored_baseline`). The file lives in the cache, never in a
+   sandbox.
+2. **Candidates** (:func:`candidate`). A seed draws 1 to 3 sites in functions some stable
+   test reaches, all on one side of the project's split: a function belongs to ``test``
+   or ``train`` by a hash of its name, so train and test tasks of a project touch
+   disjoint functions; a project pinned ``"split": "ood"`` gives only ``ood`` tasks.
+3. **Validation.** The tests that reach the mutated functions (coverage) run in the
+   sandbox on the mutant, plus :data:`OTHERS` stable tests that do not reach them. A
+   candidate is kept when some of the reaching tests fail (fail-to-pass), every other
+   test passes, the suite runs within 3 times its pristine time plus 10 s, some call
+   those failing tests make returns something else than on the correct code (the
+   verdict is by those calls), and no task kept before failed the same tests the same
+   way (same failing tests, same observations).
+4. **The task**: the sites (re-applied at reset: the mutator is deterministic), the
+   fail-to-pass and pass-to-pass tests, a digest of the probes that grade it, a bug
+   report built from the calls that went wrong (what was called, what came back, what
+   was expected; never the fix, the line or the kind of mutation), and measures of its
+   difficulty.
+
+Command line::
+
+    python -m agentgym_envs.sandbox.real_tasks build [NAME ...] --per-project 150 \\
+        --workers 2 --log build.log
+
+It writes ``tasks/sandbox/repofix_real.jsonl.gz`` and, next to it, each project's graded
+probes (``repofix_real_probes/<project>.json.gz``: the calls of the tests some task names,
+with their expectations; task data, never mounted in a sandbox). ``agentgym tasks build
+RepoFixReal`` does the same. A project's results are cached, so an interrupted build
+resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import functools
+import gzip
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.tasks import Task, tasks_root, write_task_set
+from agentgym_envs.sandbox import probes as probe_mod
+from agentgym_envs.sandbox import real_projects as rp
+from agentgym_envs.sandbox.backends import Limits
+from agentgym_envs.sandbox.mutate import MutationError, MutationKind, Site, apply_many, sample_sites
+from agentgym_envs.sandbox.verify import TestRunner
+
+TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
+PROBES_VERSION = 1  # of the probe files in the cache
+TASKS_VERSION = 1  # of the per-project task results in the cache
+CALLS_PER_TEST = 40
+MAX_EXPECTED_CHARS = 20_000  # a probe whose expectation is larger is left out
+OTHERS = 10  # stable tests that do not reach the bug, run with each candidate
+SITE_COUNTS = (1, 1, 1, 2, 2, 3)  # sites per task, drawn by seed
+TEST_SHARE = 5  # one function in 5 is a test-split function (by hash)
+PER_PROJECT = 150
+TRIES_PER_TASK = 3  # seeds tried per task wanted, at most
+EARLY_SEEDS, MIN_YIELD = 100, 0.1  # a project keeping under 10% of its first 100 seeds stops
+RECORD_TIMEOUT_S = 300.0
+
+
+# -- per-project data -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProjectData:
+    """What tasks of one project are built and graded from (module docstring, step 1)."""
+
+    project: rp.Project
+    repo: Path  # the staged project (code, its tests, SOURCE.json)
+    packages: tuple[str, ...]
+    hidden: tuple[str, ...]  # its test paths: never in a workspace
+    probes: tuple[probe_mod.Probe, ...]
+    # the builder's (:func:`project_data`); grading needs none of them
+    stable: tuple[str, ...] = ()  # tests that passed in every baseline run
+    seconds: float = 0.0  # the slowest pristine run
+    covered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # function -> tests
+
+    @property
+    def package(self) -> str:
+        """The packages as the harness takes them (joined by commas)."""
+        return ",".join(self.packages)
+
+    @functools.cached_property
+    def by_test(self) -> dict[str, tuple[probe_mod.Probe, ...]]:
+        out: dict[str, list[probe_mod.Probe]] = {}
+        for probe in self.probes:
+            out.setdefault(probe.test, []).append(probe)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def probes_of(self, tests: Sequence[str]) -> tuple[probe_mod.Probe, ...]:
+        """The probes of ``tests``, in the order of the tests given."""
+        return tuple(p for t in tests for p in self.by_test.get(t, ()))
+
+    def probe_set(self, tests: Sequence[str]) -> probe_mod.ProbeSet:
+        """The probes that grade a task whose tests are ``tests``."""
+        chosen = self.probes_of(tests)
+        return probe_mod.ProbeSet(
+            self.project.key, self.package, (".",), digest(chosen), chosen, all_hidden=True
+        )
+
+    def ignore(self) -> Callable[[str, list[str]], set[str]]:
+        """A ``copytree`` filter that leaves out the hidden tests, SOURCE.json and caches."""
+        return ignore_paths(self.repo, (*self.hidden, "SOURCE.json"))
+
+
+def ignore_paths(root: Path, paths: Sequence[str]) -> Callable[[str, list[str]], set[str]]:
+    """A ``shutil.copytree`` ignore function that leaves out ``paths`` (relative to
+    ``root``) and Python caches."""
+    left_out = {os.path.normpath(root / p) for p in paths}
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        caches = {n for n in names if n in ("__pycache__", ".pytest_cache") or n.endswith(".pyc")}
+        return caches | {n for n in names if os.path.normpath(os.path.join(folder, n)) in left_out}
+
+    return ignore
+
+
+def digest(probes: Sequence[probe_mod.Probe]) -> str:
+    """A hash of probes (calls and expectations): a task records the one it was built
+    with, so a rebuilt probe file that grades it otherwise is never used silently."""
+    text = json.dumps(
+        [[p.test, p.call, p.expected] for p in probes], sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _probes_path(p: rp.Project) -> Path:
+    return rp.cache_dir() / f"probes-v{PROBES_VERSION}" / f"{p.cache_key}.json"
+
+
+def _source_info(repo: Path) -> dict[str, Any]:
+    info: dict[str, Any] = json.loads((repo / "SOURCE.json").read_text())
+    return info
+
+
+def build_probes(p: rp.Project, runner: Any) -> dict[str, Any]:
+    """Record and replay the project's calls (module docstring, step 1): the probe file's
+    contents.
+
+    Raises:
+        ConfigError: the project has no usable baseline, or its correct code could not be
+            replayed.
+    """
+    base = rp.stored_baseline(p, runner)
+    if base.problem:
+        raise ConfigError(f"{p.key} has no usable baseline: {base.problem}")
+    repo = rp.stage(p)
+    info = _source_info(repo)
+    packages, hidden = tuple(info["packages"]), tuple(info["hidden"])
+    package = ",".join(packages)
+    stable = set(base.stable)
+    recorder = TestRunner(runner.backend, Limits(cpu_s=int(RECORD_TIMEOUT_S)))  # wrapped: slower
+    with tempfile.TemporaryDirectory(prefix="agentgym-probes-") as tmp:
+        try:
+            recorded = probe_mod.record(
+                recorder, repo, package, Path(tmp) / "record", hidden,
+                timeout_s=RECORD_TIMEOUT_S, strict=False, per_test=CALLS_PER_TEST,
+            )  # fmt: skip
+        finally:
+            recorder.close()
+        calls = [c for c in recorded["calls"] if c["test"] in stable]
+        probes = probe_mod.stable_probes(
+            runner, repo, package, (".",), calls, Path(tmp),
+            ignore=ignore_paths(repo, hidden), readers=probe_mod.message_readers(repo, hidden),
+        )  # fmt: skip
+    probes = [q for q in probes if len(json.dumps(q["expected"])) <= MAX_EXPECTED_CHARS]
+    covered = {
+        target: sorted(set(tests) & stable)
+        for target, tests in recorded.get("covered", {}).items()
+        if set(tests) & stable
+    }
+    return {
+        "version": PROBES_VERSION,
+        "project": p.key,
+        "packages": list(packages),
+        "recorded": len(recorded["calls"]),
+        "left_out": recorded.get("left_out", 0),
+        "probes": probes,
+        "covered": covered,
+    }
+
+
+def stored_probes(p: rp.Project, runner: Any = None) -> dict[str, Any]:
+    """:func:`build_probes`, built once per pinned source and kept in the cache."""
+    path = _probes_path(p)
+    if path.is_file():
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    runner = runner or rp._runner()
+    data = build_probes(p, runner)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    os.replace(part, path)
+    return data
+
+
+@functools.cache
+def project_data(name: str) -> ProjectData:
+    """The pinned project ``name``'s data (fetched, staged, baselined and recorded on
+    first use, from the cache after)."""
+    p = rp.project(name)
+    repo = rp.stage(p)
+    info = _source_info(repo)
+    base = rp.stored_baseline(p)
+    if base.problem:
+        raise ConfigError(f"{p.key} has no usable baseline: {base.problem}")
+    data = stored_probes(p)
+    probes = tuple(probe_mod.Probe(q["test"], q["call"], q["expected"]) for q in data["probes"])
+    return ProjectData(
+        project=p,
+        repo=repo,
+        packages=tuple(info["packages"]),
+        hidden=tuple(info["hidden"]),
+        probes=probes,
+        stable=tuple(base.stable),
+        seconds=max(base.seconds),
+        covered={k: tuple(v) for k, v in data["covered"].items()},
+    )
+
+
+PROBES_AT = "sandbox/repofix_real_probes"  # under the tasks root: <project>.json.gz
+
+
+def graded_path(name: str, folder: Path | None = None) -> Path:
+    """Where the graded probes of project ``name`` are: in ``folder``, else next to the
+    shipped task set."""
+    return (folder or tasks_root() / PROBES_AT) / f"{name}.json.gz"
+
+
+def write_graded(data: ProjectData, tests: set[str], folder: Path) -> Path:
+    """Write the probes of ``tests`` (the tests some task names) as the project's graded
+    probe file (gzip, byte for byte the same for the same probes)."""
+    chosen = [p for p in data.probes if p.test in tests]
+    body = {
+        "version": PROBES_VERSION,
+        "project": data.project.cache_key,
+        "packages": list(data.packages),
+        "probes": [{"test": p.test, "call": p.call, "expected": p.expected} for p in chosen],
+    }
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{data.project.name}.json.gz"
+    path.write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
+    return path
+
+
+@functools.cache
+def graded(name: str, folder: Path | None = None) -> ProjectData:
+    """What grading a task of the pinned project ``name`` needs: its staged source
+    (fetched and staged on first use) and the probes shipped with the task set (or
+    those in ``folder``, for a task set built elsewhere).
+
+    Raises:
+        ConfigError: no probe file, or one built from another pin of the project.
+    """
+    p = rp.project(name)
+    path = graded_path(name, folder)
+    if not path.is_file():
+        raise ConfigError(
+            f"no graded probes for {name} at {path}; build the task set with "
+            "`agentgym tasks build RepoFixReal`"
+        )
+    body = json.loads(gzip.decompress(path.read_bytes()))
+    if body.get("project") != p.cache_key or body.get("version") != PROBES_VERSION:
+        raise ConfigError(
+            f"{path} was built from {body.get('project')}, the pin is {p.cache_key}; rebuild "
+            "the task set with `agentgym tasks build RepoFixReal`"
+        )
+    repo = rp.stage(p)
+    info = _source_info(repo)
+    probes = tuple(probe_mod.Probe(q["test"], q["call"], q["expected"]) for q in body["probes"])
+    return ProjectData(p, repo, tuple(info["packages"]), tuple(info["hidden"]), probes)
+
+
+@functools.cache
+def package_files(name: str) -> dict[str, str]:
+    """The pinned project ``name``'s code (its tests left out), path -> text."""
+    return rp.package_files(rp.stage(rp.project(name)))
+
+
+# -- sites ----------------------------------------------------------------------------------
+
+
+def module_of(path: str) -> str:
+    """The module a source path defines (``pkg/__init__.py`` -> ``pkg``)."""
+    parts = path.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def function_of(site: Site, covered: Mapping[str, Any]) -> str | None:
+    """The recorded function (``module:qualname``) a site is in: the innermost enclosing
+    function the recorder wrapped (a nested function counts as the one around it), or
+    None where no test reached it."""
+    module, names = module_of(site.path), site.function.split(".")
+    for end in range(len(names), 0, -1):
+        target = f"{module}:{'.'.join(names[:end])}"
+        if target in covered:
+            return target
+    return None
+
+
+def side_of(project: str, site: Site) -> str:
+    """``test`` or ``train``: the split a function belongs to (by a hash of its name)."""
+    key = f"{project}:{site.path}:{site.function}".encode()
+    return "test" if int(hashlib.sha256(key).hexdigest(), 16) % TEST_SHARE == 0 else "train"
+
+
+# -- bug reports ----------------------------------------------------------------------------
+
+_SHOWN = 100  # characters of a value in a report
+
+
+def show(data: Any, limit: int = _SHOWN) -> str:
+    """An encoded value (``probe_harness``) written as Python would print it, cut short."""
+    text = _show(data)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(data: Any) -> str:
+    if data is None or isinstance(data, bool | int | float | str):
+        return repr(data)
+    if isinstance(data, list):
+        return "[" + ", ".join(_show(v) for v in data) + "]"
+    if not isinstance(data, dict) or not data:
+        return "?"
+    tag = next((k for k in data if k.startswith("$")), "")
+    value: Any = data.get(tag)
+    if tag == "$tuple":
+        items = [_show(v) for v in value]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if tag in ("$dict", "$ordereddict", "$counter", "$defaultdict"):
+        return "{" + ", ".join(f"{_show(k)}: {_show(v)}" for k, v in value) + "}"
+    if tag in ("$set", "$frozenset"):
+        return "{" + ", ".join(_show(v) for v in value) + "}" if value else "set()"
+    if tag == "$deque":
+        return "deque([" + ", ".join(_show(v) for v in value) + "])"
+    if tag == "$iter":
+        return "iterator over [" + ", ".join(_show(v) for v in value) + "]"
+    if tag == "$obj":  # as its class would be built: contents, else public attributes
+        name = str(value).rpartition(":")[2]
+        if "pairs" in data:
+            pairs = ", ".join(f"{_show(k)}: {_show(v)}" for k, v in data["pairs"])
+            return f"{name}({{{pairs}}})"
+        if "items" in data:
+            return f"{name}([" + ", ".join(_show(v) for v in data["items"]) + "])"
+        state = [(k, v) for k, v in data.get("state", []) if not str(k).startswith("_")]
+        return f"{name}(" + ", ".join(f"{k}={_show(v)}" for k, v in state) + ")"
+    if tag in ("$type", "$enum"):
+        name = str(value).rpartition(":")[2]
+        return f"{name}.{data['name']}" if tag == "$enum" else name
+    if tag in ("$bytes", "$bytearray"):
+        return repr(bytes.fromhex(str(value))) if _hex(value) else "b'?'"
+    if tag in ("$date", "$datetime", "$time", "$decimal", "$float"):
+        return str(value)
+    if tag == "$stringio":
+        return f"StringIO({_show(value[0])})"
+    return _show(value)
+
+
+def _hex(value: Any) -> bool:
+    return isinstance(value, str) and all(c in "0123456789abcdef" for c in value.lower())
+
+
+def _call_text(call: Mapping[str, Any]) -> str:
+    args = [show(a, 60) for a in call.get("args", [])]
+    args += [f"{k}={show(v, 60)}" for k, v in call.get("kwargs", [])]
+    inner = ", ".join(args)
+    kind = call["kind"]
+    if kind in ("function", "new"):
+        module, _, name = str(call["target"]).partition(":")
+        return f"{module}.{name}({inner})"
+    if kind == "classmethod":
+        module, _, name = str(call["target"]).partition(":")
+        return f"{module}.{name}.{call['name']}({inner})"
+    receiver = show(call.get("self"), 80)
+    if kind == "property":
+        return f"{receiver}.{call['name']}"
+    return f"{receiver}.{call['name']}({inner})"
+
+
+def _outcome(observed: Mapping[str, Any], *, third_person: bool = True) -> str:
+    """``raises E`` or ``returns X`` (``raise E``, ``return X`` without ``third_person``)."""
+    s = "s" if third_person else ""
+    if "raised" in observed:
+        return f"raise{s} {str(observed['raised']).rpartition(':')[2]}"
+    return f"return{s} {show(observed.get('value'))}"
+
+
+def describe(probe: probe_mod.Probe, observed: Any) -> str:
+    """One report line: what a call gave on the buggy code and what it should give."""
+    call = _call_text(probe.call)
+    expected, got = probe.expected, observed if isinstance(observed, dict) else {}
+    if ("raised" in expected) != ("raised" in got) or expected.get("raised") != got.get("raised"):
+        should = _outcome(expected, third_person=False)
+        return f"`{call}` {_outcome(got)}, but it should {should}."
+    if not probe_mod.same(expected.get("value"), got.get("value")):
+        return f"`{call}` returns {show(got.get('value'))}, but it should return " \
+            f"{show(expected.get('value'))}."  # fmt: skip
+    if expected.get("printed") != got.get("printed"):
+        return f"`{call}` prints {show(got.get('printed', ''))}, expected " \
+            f"{show(expected.get('printed', ''))}."  # fmt: skip
+    if "message" in expected and expected.get("message") != got.get("message"):
+        return f"`{call}` raises with the message {show(got.get('message'))}, expected " \
+            f"{show(expected['message'])}."  # fmt: skip
+    return f"After `{call}` its arguments or object hold something else than they should."
+
+
+def report(
+    name: str, probes: Sequence[probe_mod.Probe], observed: Sequence[Any], failing: int
+) -> str:
+    """The bug report: up to three calls that went wrong (distinct functions first) and
+    how many of the project's tests fail. Built from data only, in the order given."""
+    lines: list[str] = []
+    targets: set[str] = set()
+    ranked = sorted(
+        range(len(probes)), key=lambda i: (_target(probes[i].call) in targets, i)
+    )  # stable: the first of each function, then the rest
+    for i in ranked:
+        target = _target(probes[i].call)
+        if target in targets and len(lines) >= 1:
+            continue
+        targets.add(target)
+        lines.append("- " + describe(probes[i], observed[i]))
+        if len(lines) == 3:
+            break
+    tests = "test fails" if failing == 1 else "tests fail"
+    return (
+        f"Something is wrong in `{name}`: {failing} of its own {tests} now. For example:\n"
+        + "\n".join(lines)
+    )
+
+
+def _target(call: Mapping[str, Any]) -> str:
+    return f"{call.get('target', '')}.{call.get('name', '')}"
+
+
+# -- candidates -----------------------------------------------------------------------------
+
+
+@dataclass
+class Funnel:
+    """What became of the seeds tried on one project (the validation funnel)."""
+
+    project: str
+    tried: int = 0
+    no_site: int = 0  # no sites of the drawn side and count in reached functions
+    repeated: int = 0  # the same sites as a task kept before
+    broke_suite: int = 0  # the tests did not run (the package no longer imports...)
+    hung: int = 0  # past 3 times the pristine time plus 10 s
+    undetected: int = 0  # every test that reaches the bug passes
+    spilled: int = 0  # a test that does not reach the mutated functions failed
+    unseen: int = 0  # the failing tests' calls all return what the correct code returns
+    duplicate: int = 0  # failed the same tests the same way as a task kept before
+    kept: int = 0
+    stopped_early: bool = False  # under 10% kept after 100 seeds
+    seconds: float = 0.0
+    problem: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Built:
+    """One project's build: its tasks (as JSON) and funnel."""
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    funnel: Funnel = field(default_factory=lambda: Funnel(""))
+
+
+def draw(data: ProjectData, seed: int) -> tuple[str, list[Site]]:
+    """A seed's split side and sites (module docstring, step 2)."""
+    rng = random.Random(f"{data.project.key}:{seed}")
+    side = "ood" if data.project.split == "ood" else ("test" if rng.random() < 0.2 else "train")
+    count = SITE_COUNTS[rng.randrange(len(SITE_COUNTS))]
+
+    def allowed(site: Site) -> bool:
+        reached = function_of(site, data.covered) is not None
+        return reached and (side == "ood" or side_of(data.project.name, site) == side)
+
+    try:
+        sites = sample_sites(package_files(data.project.name), count, seed, where=allowed)
+    except MutationError:
+        return side, []
+    return side, sites if len(sites) == count else []
+
+
+def _others(data: ProjectData, reached: set[str], seed: int) -> list[str]:
+    rest = [t for t in data.stable if t not in reached]
+    return sorted(random.Random(seed).sample(rest, min(OTHERS, len(rest))))
+
+
+def candidate(
+    data: ProjectData, seed: int, runner: Any, funnel: Funnel, seen: set[str]
+) -> dict[str, Any] | None:
+    """The task a seed makes, as JSON, or None (the funnel says why)."""
+    from agentgym_envs.sandbox.repofix_tasks import solution_actions
+
+    name = data.project.name
+    funnel.tried += 1
+    side, sites = draw(data, seed)
+    if not sites:
+        funnel.no_site += 1
+        return None
+    key = "|".join(sorted(s.key for s in sites))
+    if key in seen:
+        funnel.repeated += 1
+        return None
+    files = package_files(name)
+    changed = {k: v for k, v in apply_many(files, sites).items() if files.get(k) != v}
+    functions = sorted({function_of(s, data.covered) or "" for s in sites})
+    reached = sorted({t for f in functions for t in data.covered.get(f, ())})
+    others = _others(data, set(reached), seed)
+    with tempfile.TemporaryDirectory(prefix="agentgym-real-") as tmp:
+        work = Path(tmp) / "repo"
+        shutil.copytree(data.repo, work, ignore=ignore_paths(data.repo, ("SOURCE.json",)))
+        for relative, text in changed.items():
+            (work / relative).write_text(text, encoding="utf-8")
+        timeout_s = min(rp.BASELINE_TIMEOUT_S, 3 * data.seconds + 10)
+        run = runner.run(work, [*reached, *others], timeout_s=timeout_s)
+        if run.result.timed_out or run.result.killed in ("timeout", "cpu"):
+            funnel.hung += 1
+            return None
+        if not rp.usable_run(run)[0]:
+            funnel.broke_suite += 1
+            return None
+        fail_to_pass = [t for t in reached if not run.passed(t)]
+        pass_to_pass = [t for t in reached if run.passed(t)]
+        if not fail_to_pass:
+            funnel.undetected += 1
+            return None
+        if not all(run.passed(t) for t in others):
+            funnel.spilled += 1
+            return None
+        graded = data.probes_of([*fail_to_pass, *pass_to_pass])
+        code = Path(tmp) / "code"
+        shutil.copytree(work, code, ignore=ignore_paths(work, data.hidden))
+        calls = [p.call for p in graded]
+        observed = probe_mod.replay(runner, code, data.package, (".",), calls, timeout_s=timeout_s)
+    comparison = probe_mod.compare(graded, observed)
+    failing = set(fail_to_pass)
+    wrong = [i for i in comparison.differing if graded[i].test in failing]
+    if comparison.problem is not None or not wrong or isinstance(observed, str):
+        funnel.unseen += 1
+        return None
+    signature = json.dumps(
+        [fail_to_pass, [[i, observed[i]] for i in comparison.differing]], sort_keys=True
+    )
+    signature = hashlib.sha256(signature.encode()).hexdigest()
+    if signature in seen:
+        funnel.duplicate += 1
+        return None
+    seen.update((key, signature))
+    edits = [e for path in sorted(changed) for e in hunk_edits(path, changed[path], files[path])]
+    wrong_probes = [graded[i] for i in wrong]
+    text = report(name, wrong_probes, [observed[i] for i in wrong], len(fail_to_pass))
+    direct = {_target(p.call).rstrip(".") for p in wrong_probes} & set(functions)
+    measures = {
+        "sites": len(sites),
+        "files": len(changed),
+        "lines": sum(changed_lines(files[path], changed[path]) for path in changed),
+        "failing_tests": len(fail_to_pass),
+        "direct": bool(direct) or any(p.call.get("kind") != "function" for p in wrong_probes),
+    }
+    funnel.kept += 1
+    return Task(
+        id=f"repofix-real-{name}-{seed}",
+        split=side,
+        difficulty=difficulty(measures),
+        instruction=(
+            f"Bug report for `{name}` {data.project.version} (its own tests are not in "
+            f"the repository):\n{text}\nFix the code, then call submit()."
+        ),
+        seed=seed,
+        spec={
+            "project": name,
+            "source": data.project.cache_key,
+            "sites": [{**dataclasses.asdict(s), "kind": s.kind.value, "key": s.key} for s in sites],
+            "functions": functions,
+            "fail_to_pass": fail_to_pass,
+            "pass_to_pass": pass_to_pass,
+            "probes": digest(graded),
+            "measures": measures,
+        },
+        solution=solution_actions(edits),
+        max_steps=30 + 10 * len(sites),
+    ).to_json()
+
+
+def hunk_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, str]]:
+    """Edits (path, old, new) that turn ``mutated`` back into ``original`` one changed
+    place at a time, each ``old`` widened by whole lines until it occurs once; the whole
+    span of :func:`repofix_tasks.gold_edits` where applying them in order would not give
+    ``original``."""
+    from agentgym_envs.sandbox.repofix_tasks import gold_edits
+
+    a, b = mutated.splitlines(keepends=True), original.splitlines(keepends=True)
+    ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+    edits, text = [], mutated
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            continue
+        lo_a, hi_a, lo_b, hi_b = i1, i2, j1, j2
+        while True:
+            old = "".join(a[lo_a:hi_a])
+            if old and text.count(old) == 1:
+                break
+            if lo_a == 0 and hi_a == len(a):
+                return gold_edits(path, mutated, original)
+            if lo_a > 0:
+                lo_a, lo_b = lo_a - 1, lo_b - 1
+            if hi_a < len(a):
+                hi_a, hi_b = hi_a + 1, hi_b + 1
+        new = "".join(b[lo_b:hi_b])
+        text = text.replace(old, new, 1)
+        edits.append((path, old, new))
+    return edits if text == original else gold_edits(path, mutated, original)
+
+
+def changed_lines(original: str, mutated: str) -> int:
+    """How many lines of ``original`` a fix has to touch (the lines the bugs changed)."""
+    a, b = original.splitlines(), mutated.splitlines()
+    ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+def difficulty(measures: Mapping[str, Any]) -> str:
+    """``easy``, ``medium`` or ``hard`` from what the task asks: a point for each site
+    beyond the first, a second file, a failure seen only through another function than
+    the one with the bug, and a bug that at most two tests see."""
+    points = (measures["sites"] - 1) + (measures["files"] > 1) + (not measures["direct"])
+    points += measures["failing_tests"] <= 2
+    return "easy" if points == 0 else "medium" if points <= 2 else "hard"
+
+
+def site_of(data: Mapping[str, Any]) -> Site:
+    fields = {f.name for f in dataclasses.fields(Site)}
+    values = {k: v for k, v in data.items() if k in fields}
+    values["kind"] = MutationKind(values["kind"])
+    return Site(**values)
+
+
+def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Re-apply a task's sites to its project's code; only the changed files come back.
+
+    Raises:
+        ConfigError: the task was built from another pin of its project.
+    """
+    p = rp.project(spec["project"])
+    if p.cache_key != spec["source"]:
+        raise ConfigError(
+            f"task of {p.name} was built from {spec['source']}, the pin is now {p.cache_key}; "
+            "rebuild the tasks with `agentgym tasks build RepoFixReal`"
+        )
+    files = package_files(p.name)
+    mutated = apply_many(files, [site_of(s) for s in spec["sites"]])
+    return {k: v for k, v in mutated.items() if files.get(k) != v}
+
+
+# -- building -------------------------------------------------------------------------------
+
+
+def _results_path(p: rp.Project, per_project: int, tries: int) -> Path:
+    folder = rp.cache_dir() / f"tasks-v{TASKS_VERSION}"
+    return folder / f"{p.cache_key}-{per_project}-{tries}.json"
+
+
+def build_project(name: str, per_project: int, tries: int) -> Built:
+    """Up to ``per_project`` tasks from seeds 0 to ``tries - 1`` of one project (cached:
+    a build again reads the result)."""
+    p = rp.project(name)
+    path = _results_path(p, per_project, tries)
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        return Built(raw["tasks"], Funnel(**raw["funnel"]))
+    start = time.perf_counter()
+    built = Built(funnel=Funnel(p.key))
+    runner = rp._runner()
+    try:
+        data = project_data(name)
+        seen: set[str] = set()
+        for seed in range(tries):
+            if built.funnel.kept >= per_project:
+                break
+            if seed >= EARLY_SEEDS and built.funnel.kept < MIN_YIELD * seed:
+                built.funnel.stopped_early = True  # few of its bugs make tasks: stop trying
+                break
+            task = candidate(data, seed, runner, built.funnel, seen)
+            if task is not None:
+                built.tasks.append(task)
+    except ConfigError as exc:
+        built.funnel.problem = str(exc)
+        return built  # not cached: a project that failed is tried again
+    finally:
+        runner.close()
+        built.funnel.seconds = round(time.perf_counter() - start, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps({"tasks": built.tasks, "funnel": built.funnel.to_json()}) + "\n")
+    os.replace(part, path)
+    return built
+
+
+def build(
+    names: Sequence[str] | None = None,
+    *,
+    per_project: int = PER_PROJECT,
+    workers: int = 1,
+    out: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[int, list[Funnel]]:
+    """Build the task set of the named projects (default: every pinned project), write
+    it (``out``, default the tasks root's :data:`TASK_FILE`) and return the number of
+    tasks and the funnels. One progress line per project goes to ``log``."""
+    projects = [p.name for p in rp.load_projects()] if not names else list(names)
+    tries = per_project * TRIES_PER_TASK
+    results: dict[str, Built] = {}
+    start = time.perf_counter()
+
+    def done(name: str, built: Built) -> None:
+        results[name] = built
+        f = built.funnel
+        why = f" ({f.problem[:200]})" if f.problem else ""
+        log(
+            f"[{len(results)}/{len(projects)}] {name}: {f.kept} tasks of {f.tried} seeds "
+            f"({f.seconds:.0f} s){why}; {time.perf_counter() - start:.0f} s in all"
+        )
+
+    if workers <= 1:
+        for name in projects:
+            done(name, build_project(name, per_project, tries))
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            futures = {pool.submit(build_project, n, per_project, tries): n for n in projects}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    tasks = [Task.from_json(t) for n in projects for t in results[n].tasks]
+    header = {"generator": "real_tasks.build", "per_project": per_project, "tries": tries}
+    target = out or tasks_root() / TASK_FILE
+    written = write_task_set(target, "RepoFixReal", header, tasks)
+    probes_folder = target.parent / Path(PROBES_AT).name
+    for name in projects:
+        named = {t for task in results[name].tasks for t in _graded_tests(task["spec"])}
+        if named:
+            write_graded(project_data(name), named, probes_folder)
+    return written, [results[n].funnel for n in projects]
+
+
+def _graded_tests(spec: Mapping[str, Any]) -> list[str]:
+    return [*spec["fail_to_pass"], *spec["pass_to_pass"]]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agentgym_envs.sandbox.real_tasks build [NAME ...]`` (module docstring)."""
+    from agentgym_envs.console import ProgressLog
+
+    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.sandbox.real_tasks")
+    parser.add_argument("command", choices=["build"])
+    parser.add_argument("names", nargs="*", help="pinned projects (default: all)")
+    parser.add_argument("--per-project", type=int, default=PER_PROJECT)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="task file (default: tasks root)")
+    parser.add_argument("--funnel", type=Path, default=None, help="write the funnels here")
+    parser.add_argument("--log", type=Path, default=None, help="progress log file")
+    args = parser.parse_args(argv)
+    if args.per_project < 1 or args.workers < 1:
+        parser.error("--per-project and --workers must be at least 1")
+    with ProgressLog(args.log, echo=True) as progress:
+        count, funnels = build(
+            args.names, per_project=args.per_project, workers=args.workers, out=args.out,
+            log=progress.line,
+        )  # fmt: skip
+        progress.line(f"{count} tasks -> {args.out or tasks_root() / TASK_FILE}")
+    if args.funnel is not None:
+        args.funnel.write_text(json.dumps([f.to_json() for f in funnels], indent=1) + "\n")
+    return 0 if all(not f.problem for f in funnels) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""RepoFixReal: tasks built from real projects' own suites, graded by their calls.
+
+The offline tests build tasks from a small project of their own, served from a local
+package index (a ``file://`` simple index, as ``$PIP_INDEX_URL`` names it) with an empty
+cache; the tests of the shipped task set fetch the archives they need from the package
+index pip uses (once: the cache keeps them)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.info import Outcome
+from agentgym_envs.core.tasks import Task, load_task_set
+from agentgym_envs.redteam.sandbox_actions import _append
+from agentgym_envs.redteam.sandbox_data import CODE_SWAP, CODE_SWAP_SHAPES, RAISE_ALL
+from agentgym_envs.sandbox import real_projects as rp
+from agentgym_envs.sandbox import real_tasks
+from agentgym_envs.sandbox.mutate import MutationKind, Site
+from agentgym_envs.sandbox.repofix_real import RepoFixRealEnv
+from tests.sandbox.support import needs_bwrap
+
+CODE = '''"""Small counting helpers."""
+
+
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+
+
+def mean(values):
+    total = 0
+    for value in values:
+        total += value
+    return total / len(values)
+
+
+def words(text, sep=" "):
+    return [w for w in text.split(sep) if w]
+
+
+def initials(name):
+    parts = words(name)
+    return "".join(p[0].upper() for p in parts)
+
+
+class Tally:
+    def __init__(self, start=0):
+        self.count = start
+
+    def add(self, n=1):
+        if n < 0:
+            raise ValueError("n must not be negative")
+        self.count += n
+        return self.count
+
+    def reset(self):
+        self.count = 0
+        return self.count
+'''
+TESTS = """import pytest
+
+from tally import Tally, clamp, initials, mean, words
+
+
+@pytest.mark.parametrize("x,want", [(-5, 0), (0, 0), (5, 5), (10, 10), (15, 10)])
+def test_clamp(x, want):
+    assert clamp(x, 0, 10) == want
+
+
+def test_mean():
+    assert mean([1, 2, 3, 6]) == 3
+    assert mean([2]) == 2
+
+
+def test_words():
+    assert words("a b  c") == ["a", "b", "c"]
+    assert words("a,b", sep=",") == ["a", "b"]
+
+
+def test_initials():
+    assert initials("ada king lovelace") == "AKL"
+
+
+def test_tally_adds():
+    t = Tally(2)
+    assert t.add() == 3
+    assert t.add(4) == 7
+
+
+def test_tally_refuses_negative():
+    with pytest.raises(ValueError):
+        Tally().add(-1)
+
+
+def test_tally_resets():
+    t = Tally(5)
+    assert t.reset() == 0
+"""
+FILES = {
+    "tally-1.0/tally/__init__.py": CODE,
+    "tally-1.0/tests/test_tally.py": TESTS,
+    "tally-1.0/LICENSE": "MIT License\n",
+}
+
+
+def _tar(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _clear_caches() -> None:
+    for cached in (real_tasks.project_data, real_tasks.package_files, real_tasks.graded):
+        cached.cache_clear()
+
+
+@pytest.fixture
+def tally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tally 1.0 on a local index, pinned in a list of its own, with an empty cache;
+    returns the pinned list."""
+    archive = tmp_path / "files" / "tally-1.0.tar.gz"
+    archive.parent.mkdir()
+    archive.write_bytes(_tar(FILES))
+    page = tmp_path / "index" / "tally" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<a href="../../files/tally-1.0.tar.gz">tally-1.0.tar.gz</a>\n')
+    pins = tmp_path / "pins.jsonl"
+    line = {"name": "tally", "version": "1.0", "license": "MIT",
+            "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}  # fmt: skip
+    pins.write_text(json.dumps(line) + "\n")
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index").as_uri())
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(rp, "pinned_path", lambda: pins)
+    _clear_caches()
+    yield pins
+    _clear_caches()
+
+
+def _build(out: Path, per_project: int = 6) -> list[Task]:
+    count, funnels = real_tasks.build(
+        ["tally"], per_project=per_project, out=out / "repofix_real.jsonl.gz", log=lambda _: None
+    )
+    assert not funnels[0].problem, funnels[0].problem
+    tasks = list(load_task_set("repofix_real.jsonl.gz", out).tasks)
+    assert len(tasks) == count == funnels[0].kept
+    return tasks
+
+
+def _play(env: RepoFixRealEnv, task: Task, actions: list[str] | None) -> dict[str, Any]:
+    """Play ``actions`` (None: the oracle's) from the task's start; the last info."""
+    env.reset(seed=0, options={"task_id": task.id})
+    if actions is None:
+        oracle = env.oracle()
+        actions = [oracle.act() for _ in task.solution]
+    info: dict[str, Any] = {}
+    for action in actions:
+        *_, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            break
+    return info
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_pinned_project_becomes_tasks_the_oracle_solves_and_doing_nothing_fails(
+    tally: Path, tmp_path: Path
+) -> None:
+    """One line in a pinned list and a build: tasks whose own tests and calls tell the
+    bug apart, each solved by its oracle and failed by a submit of the base."""
+    tasks = _build(tmp_path / "out")
+    assert len(tasks) >= 3
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
+    try:
+        for task in tasks:
+            spec = task.spec
+            assert spec["fail_to_pass"] and task.split in ("train", "test")
+            assert _play(env, task, None)["outcome"] is Outcome.SUCCESS, task.id
+            assert _play(env, task, ["submit()"])["outcome"] is Outcome.FAILURE, task.id
+    finally:
+        env.close()
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_build_gives_the_same_tasks_again_from_the_pinned_source(
+    tally: Path, tmp_path: Path
+) -> None:
+    first = tmp_path / "first"
+    _build(first)
+    for cached in ("tasks-v1", "probes-v1", "baselines-v3"):  # nothing reused but the archive
+        rp._remove(rp.cache_dir() / cached)
+    _clear_caches()
+    second = tmp_path / "second"
+    _build(second)
+    for name in ("repofix_real.jsonl.gz", "repofix_real_probes/tally.json.gz"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("payload", [CODE_SWAP, CODE_SWAP_SHAPES, CODE_SWAP + RAISE_ALL])
+def test_a_takeover_of_the_test_process_gives_failure(
+    tally: Path, tmp_path: Path, payload: str
+) -> None:
+    """Issue 26's takeover (pytest's own hook given new code that swallows failures) and
+    its variants: the calls replayed and compared outside the sandbox still decide."""
+    tasks = _build(tmp_path / "out", per_project=2)
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
+    try:
+        for task in tasks:
+            info = _play(env, task, [_append("tally", payload), "submit()"])
+            assert info["outcome"] is Outcome.FAILURE, task.id
+    finally:
+        env.close()
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_projects_tests_and_expectations_are_out_of_the_sandboxs_reach(
+    tally: Path, tmp_path: Path
+) -> None:
+    tasks = _build(tmp_path / "out", per_project=1)
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
+    look = (
+        f"ls -a; ls {rp.cache_dir()}; cat {tmp_path}/out/repofix_real_probes/tally.json.gz; "
+        f"find / -name 'test_tally.py' -not -path '/proc/*' 2>/dev/null"
+    )
+    try:
+        env.reset(seed=0, options={"task_id": tasks[0].id})
+        obs, *_ = env.step(json.dumps({"name": "run", "arguments": {"cmd": look}}))
+    finally:
+        env.close()
+    assert "tally" in obs and "LICENSE" in obs  # the code is there
+    assert "test_tally" not in obs and "SOURCE.json" not in obs
+    assert "baselines" not in obs and "\x1f\x8b" not in obs  # neither cache nor probes
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_task_built_from_another_pin_is_refused_with_the_fix(tally: Path, tmp_path: Path) -> None:
+    tasks = _build(tmp_path / "out", per_project=1)
+    moved = Task.from_json({**tasks[0].to_json(), "spec": {**tasks[0].spec, "source": "x"}})
+    env = RepoFixRealEnv(tasks=[moved], probes_dir=tmp_path / "out" / "repofix_real_probes")
+    try:
+        with pytest.raises(ConfigError, match="agentgym tasks build RepoFixReal"):
+            env.reset(seed=0, options={"task_id": moved.id})
+    finally:
+        env.close()
+
+
+def test_a_bug_report_says_what_went_wrong_never_the_fix() -> None:
+    """Reports are built from the calls that went wrong; they never quote the mutated
+    line, the kind of mutation or the word."""
+    from agentgym_envs.sandbox.probes import Probe
+
+    call = {"kind": "function", "target": "tally:clamp", "args": [15, 0, 10], "kwargs": []}
+    wrong = Probe("tests/test_tally.py::test_clamp[15-10]", call, {"value": 10})
+    method = {"kind": "method", "name": "add", "self": {"$obj": "tally:Tally",
+              "state": [["count", 2]]}, "args": [-1], "kwargs": []}  # fmt: skip
+    raising = Probe("tests/test_tally.py::test_tally_refuses_negative", method,
+                    {"raised": "builtins:ValueError"})  # fmt: skip
+    text = real_tasks.report("tally", [wrong, raising], [{"value": 15}, {"value": 1}], 3)
+    assert "`tally.clamp(15, 0, 10)` returns 15, but it should return 10." in text
+    assert "`Tally(count=2).add(-1)` returns 1, but it should raise ValueError." in text
+    assert "3 of its own tests fail" in text
+    for kind in MutationKind:
+        assert kind.value not in text
+    assert "mutat" not in text.lower()
+
+
+def test_hunk_edits_fix_each_changed_place_on_its_own() -> None:
+    original = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\n"
+    mutated = original.replace("b = 2", "b = 3").replace("e = 5", "e = 6")
+    edits = real_tasks.hunk_edits("t.py", mutated, original)
+    assert [(old, new) for _, old, new in edits] == [("b = 3\n", "b = 2\n"), ("e = 6\n", "e = 5\n")]
+    text = mutated
+    for _, old, new in edits:
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    assert text == original
+
+
+def test_difficulty_counts_what_a_fix_asks() -> None:
+    one = {"sites": 1, "files": 1, "failing_tests": 5, "direct": True}
+    assert real_tasks.difficulty(one) == "easy"
+    assert real_tasks.difficulty({**one, "failing_tests": 1}) == "medium"
+    assert real_tasks.difficulty({**one, "sites": 2, "direct": False}) == "medium"
+    assert real_tasks.difficulty({**one, "sites": 3, "files": 2}) == "hard"
+
+
+# -- the shipped task set -------------------------------------------------------------------
+
+
+def _shipped() -> list[Task]:
+    return list(load_task_set(real_tasks.TASK_FILE).tasks)
+
+
+def test_the_shipped_splits_hold_projects_out_and_keep_functions_apart() -> None:
+    """``ood`` tasks come only from projects pinned as held out (at least 5), which give
+    no other task; within a project, train and test tasks touch disjoint functions."""
+    tasks = _shipped()
+    held_out = {p.name for p in rp.load_projects() if p.split == "ood"}
+    assert len(held_out) >= 5
+    functions: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for task in tasks:
+        project = task.spec["project"]
+        assert (task.split == "ood") == (project in held_out), task.id
+        for site in task.spec["sites"]:
+            functions[project, task.split].add(f"{site['path']}:{site['function']}")
+    for (project, split), names in functions.items():
+        if split == "train":
+            assert not names & functions[project, "test"], project
+    assert {t.spec["project"] for t in tasks if t.split == "ood"} == held_out
+
+
+def test_no_shipped_report_quotes_its_bug() -> None:
+    """The report of every shipped task is free of the mutated line and the mutation's
+    kind (the files are re-mutated only for the tasks of projects already in the cache)."""
+    for task in _shipped():
+        text = task.instruction
+        assert "mutat" not in text.lower(), task.id
+        for site in task.spec["sites"]:
+            assert site["kind"] not in text and site["detail"] not in text, task.id
+
+
+def _sample() -> list[Task]:
+    """A task per split of the shipped set's two smallest projects of each kind."""
+    by_split: dict[str, Task] = {}
+    for task in sorted(_shipped(), key=lambda t: (t.spec["project"] not in SMALL, t.id)):
+        by_split.setdefault(task.split, task)
+    return list(by_split.values())
+
+
+SMALL = ("inflection", "addict", "termcolor", "uritemplate", "simpleeval", "pyhumps")
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_shipped_tasks_of_each_split_are_solved_by_their_oracle_and_not_by_nothing() -> None:
+    """A sample of the shipped set from a clean cache where CI keeps none: the archives
+    come from the package index, are checked against their pins and staged."""
+    tasks = _sample()
+    assert {t.split for t in tasks} == {"train", "test", "ood"}
+    env = RepoFixRealEnv()
+    try:
+        for task in tasks:
+            assert _play(env, task, None)["outcome"] is Outcome.SUCCESS, task.id
+            assert _play(env, task, ["submit()"])["outcome"] is Outcome.FAILURE, task.id
+    finally:
+        env.close()
+
+
+def test_a_site_maps_to_the_function_the_recorder_wrapped() -> None:
+    covered = {"pkg.mod:Outer.method": (), "pkg:helper": ()}
+    site = Site(MutationKind.OPERATOR_FLIP, "pkg/mod.py", "Outer.method.inner", 3, 0, 0, "+")
+    assert real_tasks.function_of(site, covered) == "pkg.mod:Outer.method"
+    top = Site(MutationKind.OPERATOR_FLIP, "pkg/__init__.py", "helper", 3, 0, 0, "+")
+    assert real_tasks.function_of(top, covered) == "pkg:helper"
+    unknown = Site(MutationKind.OPERATOR_FLIP, "pkg/mod.py", "Other.method", 3, 0, 0, "+")
+    assert real_tasks.function_of(unknown, covered) is None
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(1800)
+def test_a_shipped_project_builds_again_to_its_shipped_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From its pinned archive and an empty cache, inflection's build gives its shipped
+    tasks again, byte for byte, and the probes that grade them."""
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
+    _clear_caches()
+    header = load_task_set(real_tasks.TASK_FILE).header
+    real_tasks.build(
+        ["inflection"], per_project=header["per_project"], out=tmp_path / "repofix_real.jsonl.gz",
+        log=lambda _: None,
+    )  # fmt: skip
+    _clear_caches()
+    again = [t for t in load_task_set("repofix_real.jsonl.gz", tmp_path).tasks]
+    shipped = [t for t in _shipped() if t.spec["project"] == "inflection"]
+    assert [t.to_json() for t in again] == [t.to_json() for t in shipped]
+    probes = "repofix_real_probes/inflection.json.gz"
+    assert (tmp_path / probes).read_bytes() == real_tasks.graded_path("inflection").read_bytes()
