@@ -17,13 +17,17 @@ Per project (the pinned sources of :mod:`real_projects`), built once into the ca
 3. **Validation.** The tests that reach the mutated functions (coverage) run in the
    sandbox on the mutant, plus :data:`OTHERS` stable tests that do not reach them. A
    candidate is kept when some of the reaching tests fail (fail-to-pass), every other
-   test passes, the suite runs within 3 times its pristine time plus 10 s, some call
-   those failing tests make returns something else than on the correct code (the
-   verdict is by those calls), and no task kept before failed the same tests the same
-   way (same failing tests, same observations).
+   test passes, the suite runs within 3 times its pristine time plus 10 s, and calls
+   those failing tests make return something else than on the correct code (the verdict
+   is by those calls): for a task with several bugs, each bug alone makes such a call go
+   wrong that also goes wrong with all of them (a fix that leaves one bug fails by
+   data), and more calls go wrong than the report shows (hard-coding the reported
+   answers is not a fix). A bug that adds a bare ``pass`` or ``return None`` to a
+   project holding few such lines is dropped (a search for them would find it), and so
+   is one that fails the same tests the same way as a task kept before.
 4. **The task**: the sites (re-applied at reset: the mutator is deterministic), the
    fail-to-pass and pass-to-pass tests, a digest of the probes that grade it, a bug
-   report built from the calls that went wrong (what was called, what came back, what
+   report with a call that went wrong per bug (what was called, what came back, what
    was expected; never the fix, the line or the kind of mutation), and measures of its
    difficulty.
 
@@ -70,7 +74,7 @@ from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
 PROBES_VERSION = 1  # of the probe files in the cache
-TASKS_VERSION = 1  # of the per-project task results in the cache
+TASKS_VERSION = 2  # of the per-project task results in the cache (the builder's rules)
 CALLS_PER_TEST = 40
 MAX_EXPECTED_CHARS = 20_000  # a probe whose expectation is larger is left out
 OTHERS = 10  # stable tests that do not reach the bug, run with each candidate
@@ -326,9 +330,10 @@ def function_of(site: Site, covered: Mapping[str, Any]) -> str | None:
     return None
 
 
-def side_of(project: str, site: Site) -> str:
-    """``test`` or ``train``: the split a function belongs to (by a hash of its name)."""
-    key = f"{project}:{site.path}:{site.function}".encode()
+def side_of(project: str, function: str) -> str:
+    """``test`` or ``train``: the split a recorded function (``module:qualname``, with the
+    functions nested in it) belongs to, by a hash of its name."""
+    key = f"{project}:{function}".encode()
     return "test" if int(hashlib.sha256(key).hexdigest(), 16) % TEST_SHARE == 0 else "train"
 
 
@@ -432,33 +437,14 @@ def describe(probe: probe_mod.Probe, observed: Any) -> str:
     return f"After `{call}` its arguments or object hold something else than they should."
 
 
-def report(
-    name: str, probes: Sequence[probe_mod.Probe], observed: Sequence[Any], failing: int
-) -> str:
-    """The bug report: up to three calls that went wrong (distinct functions first) and
-    how many of the project's tests fail. Built from data only, in the order given."""
-    lines: list[str] = []
-    targets: set[str] = set()
-    ranked = sorted(
-        range(len(probes)), key=lambda i: (_target(probes[i].call) in targets, i)
-    )  # stable: the first of each function, then the rest
-    for i in ranked:
-        target = _target(probes[i].call)
-        if target in targets and len(lines) >= 1:
-            continue
-        targets.add(target)
-        lines.append("- " + describe(probes[i], observed[i]))
-        if len(lines) == 3:
-            break
+def report(name: str, lines: Sequence[tuple[probe_mod.Probe, Any]], failing: int) -> str:
+    """The bug report: a call that went wrong per bug (what it gave, what it should give)
+    and how many of the project's tests fail. Built from data only."""
     tests = "test fails" if failing == 1 else "tests fail"
     return (
         f"Something is wrong in `{name}`: {failing} of its own {tests} now. For example:\n"
-        + "\n".join(lines)
+        + "\n".join("- " + describe(probe, observed) for probe, observed in lines)
     )
-
-
-def _target(call: Mapping[str, Any]) -> str:
-    return f"{call.get('target', '')}.{call.get('name', '')}"
 
 
 # -- candidates -----------------------------------------------------------------------------
@@ -477,6 +463,9 @@ class Funnel:
     undetected: int = 0  # every test that reaches the bug passes
     spilled: int = 0  # a test that does not reach the mutated functions failed
     unseen: int = 0  # the failing tests' calls all return what the correct code returns
+    site_unseen: int = 0  # one of the bugs, alone, makes no failing test's call go wrong
+    thin: int = 0  # only the calls the report shows go wrong (they could be hard-coded)
+    fingerprint: int = 0  # a bare pass/return None the project otherwise lacks gives it away
     duplicate: int = 0  # failed the same tests the same way as a task kept before
     kept: int = 0
     stopped_early: bool = False  # under 10% kept after 100 seeds
@@ -502,8 +491,10 @@ def draw(data: ProjectData, seed: int) -> tuple[str, list[Site]]:
     count = SITE_COUNTS[rng.randrange(len(SITE_COUNTS))]
 
     def allowed(site: Site) -> bool:
-        reached = function_of(site, data.covered) is not None
-        return reached and (side == "ood" or side_of(data.project.name, site) == side)
+        function = function_of(site, data.covered)
+        if function is None:
+            return False
+        return side == "ood" or side_of(data.project.name, function) == side
 
     try:
         sites = sample_sites(package_files(data.project.name), count, seed, where=allowed)
@@ -535,40 +526,59 @@ def candidate(
         return None
     files = package_files(name)
     changed = {k: v for k, v in apply_many(files, sites).items() if files.get(k) != v}
+    if fingerprint(files, changed):
+        funnel.fingerprint += 1
+        return None
     functions = sorted({function_of(s, data.covered) or "" for s in sites})
     reached = sorted({t for f in functions for t in data.covered.get(f, ())})
     others = _others(data, set(reached), seed)
+    timeout_s = min(rp.BASELINE_TIMEOUT_S, 3 * data.seconds + 10)
     with tempfile.TemporaryDirectory(prefix="agentgym-real-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(data.repo, work, ignore=ignore_paths(data.repo, ("SOURCE.json",)))
         for relative, text in changed.items():
             (work / relative).write_text(text, encoding="utf-8")
-        timeout_s = min(rp.BASELINE_TIMEOUT_S, 3 * data.seconds + 10)
-        run = runner.run(work, [*reached, *others], timeout_s=timeout_s)
-        if run.result.timed_out or run.result.killed in ("timeout", "cpu"):
-            funnel.hung += 1
-            return None
-        if not rp.usable_run(run)[0]:
-            funnel.broke_suite += 1
-            return None
-        fail_to_pass = [t for t in reached if not run.passed(t)]
-        pass_to_pass = [t for t in reached if run.passed(t)]
-        if not fail_to_pass:
-            funnel.undetected += 1
-            return None
-        if not all(run.passed(t) for t in others):
-            funnel.spilled += 1
-            return None
-        graded = data.probes_of([*fail_to_pass, *pass_to_pass])
-        code = Path(tmp) / "code"
-        shutil.copytree(work, code, ignore=ignore_paths(work, data.hidden))
-        calls = [p.call for p in graded]
-        observed = probe_mod.replay(runner, code, data.package, (".",), calls, timeout_s=timeout_s)
-    comparison = probe_mod.compare(graded, observed)
+        run = runner.run(work, test_files([*reached, *others]), timeout_s=timeout_s)
+    if run.result.timed_out or run.result.killed in ("timeout", "cpu"):
+        funnel.hung += 1
+        return None
+    if not rp.usable_run(run)[0]:
+        funnel.broke_suite += 1
+        return None
+    fail_to_pass = [t for t in reached if not run.passed(t)]
+    pass_to_pass = [t for t in reached if run.passed(t)]
+    if not fail_to_pass:
+        funnel.undetected += 1
+        return None
+    if not all(run.passed(t) for t in others):
+        funnel.spilled += 1
+        return None
+    graded = data.probes_of([*fail_to_pass, *pass_to_pass])
     failing = set(fail_to_pass)
-    wrong = [i for i in comparison.differing if graded[i].test in failing]
-    if comparison.problem is not None or not wrong or isinstance(observed, str):
+    observed = _observe(data, runner, changed, graded, timeout_s)
+    comparison = probe_mod.compare(graded, observed)
+    if isinstance(observed, str) or comparison.problem is not None:
         funnel.unseen += 1
+        return None
+    wrong = [i for i in comparison.differing if graded[i].test in failing]
+    # every bug on its own shows in a call of a failing test that also goes wrong with all
+    # of them: a fix that leaves any bug in place fails by data, and the report names each
+    shown = []
+    for site in sites if len(sites) > 1 else ():
+        alone = {k: v for k, v in apply_many(files, [site]).items() if files.get(k) != v}
+        own = probe_mod.compare(graded, _observe(data, runner, alone, graded, timeout_s))
+        seen_alone = [i for i in wrong if i in set(own.differing)] if own.problem is None else []
+        if not seen_alone:
+            funnel.site_unseen += 1
+            return None
+        shown.append(next((i for i in seen_alone if i not in shown), seen_alone[0]))
+    if not wrong:
+        funnel.unseen += 1
+        return None
+    shown = sorted(set(shown or wrong[:1]))
+    distinct = {json.dumps(graded[i].call, sort_keys=True) for i in wrong}
+    if len(distinct) <= len({json.dumps(graded[i].call, sort_keys=True) for i in shown}):
+        funnel.thin += 1  # only the calls the report shows go wrong: they could be hard-coded
         return None
     signature = json.dumps(
         [fail_to_pass, [[i, observed[i]] for i in comparison.differing]], sort_keys=True
@@ -579,15 +589,15 @@ def candidate(
         return None
     seen.update((key, signature))
     edits = [e for path in sorted(changed) for e in hunk_edits(path, changed[path], files[path])]
-    wrong_probes = [graded[i] for i in wrong]
-    text = report(name, wrong_probes, [observed[i] for i in wrong], len(fail_to_pass))
-    direct = {_target(p.call).rstrip(".") for p in wrong_probes} & set(functions)
+    lines = [(graded[i], observed[i]) for i in shown]
+    text = report(name, lines, len(fail_to_pass))
+    called = {called_function(graded[i].call) for i in wrong}
     measures = {
         "sites": len(sites),
         "files": len(changed),
         "lines": sum(changed_lines(files[path], changed[path]) for path in changed),
         "failing_tests": len(fail_to_pass),
-        "direct": bool(direct) or any(p.call.get("kind") != "function" for p in wrong_probes),
+        "direct": bool(called & set(functions)),
     }
     funnel.kept += 1
     return Task(
@@ -612,6 +622,63 @@ def candidate(
         solution=solution_actions(edits),
         max_steps=30 + 10 * len(sites),
     ).to_json()
+
+
+def test_files(tests: Sequence[str]) -> list[str]:
+    """The files that hold ``tests`` (node ids): pytest runs them whole, since hundreds of
+    node ids on its command line cost it minutes, and their outcomes are read by id."""
+    return sorted({t.split("::")[0] for t in tests})
+
+
+def _observe(
+    data: ProjectData,
+    runner: Any,
+    changed: Mapping[str, str],
+    graded: Sequence[probe_mod.Probe],
+    timeout_s: float,
+) -> list[Any] | str:
+    """The graded calls replayed in the sandbox on the project's code with ``changed``
+    written over it (its tests left out)."""
+    with tempfile.TemporaryDirectory(prefix="agentgym-real-") as tmp:
+        code = Path(tmp) / "code"
+        shutil.copytree(data.repo, code, ignore=data.ignore())
+        for relative, text in changed.items():
+            (code / relative).write_text(text, encoding="utf-8")
+        calls = [p.call for p in graded]
+        return probe_mod.replay(runner, code, data.package, (".",), calls, timeout_s=timeout_s)
+
+
+def called_function(call: Mapping[str, Any]) -> str:
+    """The function (``module:qualname``) a recorded call runs first."""
+    kind = call.get("kind")
+    if kind == "function":
+        return str(call.get("target"))
+    if kind == "new":
+        return f"{call.get('target')}.__init__"
+    if kind == "classmethod":
+        return f"{call.get('target')}.{call.get('name')}"
+    owner = call.get("self")
+    owner = owner.get("$obj") if isinstance(owner, dict) else None
+    return f"{owner}.{call.get('name')}"
+
+
+_FINGERPRINTS = frozenset({"pass", "return None", "return"})
+FINGERPRINT_MIN = 5  # such lines the project must already hold for a new one to blend in
+
+
+def fingerprint(files: Mapping[str, str], changed: Mapping[str, str]) -> bool:
+    """Whether the bugs add a line that gives them away: a bare ``pass`` or ``return
+    None`` (what a removed branch or return leaves) in a project that holds fewer than
+    :data:`FINGERPRINT_MIN` such lines (a search for them would find the bug)."""
+    for path, text in changed.items():
+        a, b = files.get(path, "").splitlines(), text.splitlines()
+        ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+        added = {line.strip() for tag, _, _, j1, j2 in ops if tag != "equal" for line in b[j1:j2]}
+        for line in added & _FINGERPRINTS:
+            found = sum(1 for t in files.values() for x in t.splitlines() if x.strip() == line)
+            if found < FINGERPRINT_MIN:
+                return True
+    return False
 
 
 def hunk_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, str]]:

@@ -626,7 +626,7 @@ class RepoFixEnv(AgentEnv):
         probe_set, data = self._observe_hidden(changes)
         run = self._run_hidden(changes)
         ran, why = grade(run, spec["fail_to_pass"], spec["pass_to_pass"])
-        ran = ran and not run.failing  # a regression the visible tests see
+        ran = ran and self._regression_free(run)
         ok = data.ok and ran
         logger.debug("%s: %s; test run: %s", self.task.id, data.describe(), why)
         detail = "all hidden tests pass" if ok else "the hidden tests do not pass"
@@ -646,6 +646,10 @@ class RepoFixEnv(AgentEnv):
             failing = probes.failing_tests(known, probe_set, data)
             detail = f"{detail}\nFailing hidden tests: {failing}\n{hints}"
         return ok, detail
+
+    def _regression_free(self, run: TestRun) -> bool:
+        """No test of the run fails (the visible tests run beside the hidden ones)."""
+        return not run.failing
 
     def _observe_hidden(self, changes: Changes) -> tuple[probes.ProbeSet, probes.Comparison]:
         """The probes that grade the task and how the calls they hold fare on the base

@@ -154,19 +154,27 @@ class RepoFixRealEnv(RepoFixEnv):
             apply_changes(scratch, changes, skip_protected=True)
             for path in self._data.hidden:
                 source, target = self._data.repo / path, scratch / path
-                if target.is_symlink() or target.is_file():
-                    target.unlink()
-                elif target.exists():
-                    remove_tree(target)
+                relative = Path(path)
+                for place in [*list(reversed(relative.parents))[1:], relative]:
+                    here = scratch / place  # whatever the diff left where the tests go
+                    if here.is_symlink() or here.is_file():
+                        here.unlink()
+                    elif here == target and here.exists():
+                        remove_tree(here)
                 if source.is_dir():
                     shutil.copytree(source, target, dirs_exist_ok=True)
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(source, target)
-            tests: Sequence[str] = [*spec["fail_to_pass"], *spec["pass_to_pass"]]
-            return self.runner.run(scratch, ["--", *tests], timeout_s=VERIFY_TIMEOUT_S)
+            files = real_tasks.test_files([*spec["fail_to_pass"], *spec["pass_to_pass"]])
+            return self.runner.run(scratch, ["--", *files], timeout_s=VERIFY_TIMEOUT_S)
         finally:
             remove_tree(scratch)
+
+    def _regression_free(self, run: TestRun) -> bool:
+        """Only the task's own tests count: the files they are in may hold tests that
+        fail on the correct code too (an optional dependency the sandbox lacks)."""
+        return True
 
     def system_rules(self) -> str:
         return SYSTEM_RULES

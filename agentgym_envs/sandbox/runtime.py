@@ -178,11 +178,16 @@ def data_locations() -> list[str]:
 
 def hidden_paths(mounted: list[str]) -> list[str]:
     """Folders under the ``mounted`` host paths the sandbox must see as empty: every
-    third-party package folder (the runtime brings pytest) and every place holding
-    task data. Deepest last, so a backend can mount them in this order."""
+    third-party package folder (the runtime brings pytest), the wheels pip bundles (they
+    vendor copies of other projects) and every place holding task data. Deepest last,
+    so a backend can mount them in this order."""
     patterns = ("lib/python3*/site-packages", "lib/python3*/dist-packages",
                 "lib/python3/dist-packages", "local/lib/python3*/site-packages",
-                "local/lib/python3*/dist-packages", "site-packages", "dist-packages")  # fmt: skip
+                "local/lib/python3*/dist-packages", "site-packages", "dist-packages",
+                # wheels of pip that vendor other projects (six, distro, idna...): a copy
+                # of a pinned project's correct code
+                "lib/python3*/ensurepip/_bundled", "ensurepip/_bundled",
+                "share/python-wheels")  # fmt: skip
     candidates: set[str] = set()
     for root in mounted:
         if os.path.isdir(root):

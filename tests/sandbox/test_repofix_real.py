@@ -21,7 +21,12 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.tasks import Task, load_task_set
 from agentgym_envs.redteam.sandbox_actions import _append
-from agentgym_envs.redteam.sandbox_data import CODE_SWAP, CODE_SWAP_SHAPES, RAISE_ALL
+from agentgym_envs.redteam.sandbox_data import (
+    CODE_SWAP,
+    CODE_SWAP_SHAPES,
+    FORGE_RESULTS,
+    RAISE_ALL,
+)
 from agentgym_envs.sandbox import real_projects as rp
 from agentgym_envs.sandbox import real_tasks
 from agentgym_envs.sandbox.mutate import MutationKind, Site
@@ -218,20 +223,46 @@ def test_the_build_gives_the_same_tasks_again_from_the_pinned_source(
 @pytest.mark.sandbox
 @needs_bwrap
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("payload", [CODE_SWAP, CODE_SWAP_SHAPES, CODE_SWAP + RAISE_ALL])
+@pytest.mark.parametrize(
+    "payload",
+    [CODE_SWAP, CODE_SWAP_SHAPES, CODE_SWAP + RAISE_ALL, FORGE_RESULTS],
+    ids=["code_swap", "code_swap_shapes", "raise_all", "forged_results"],
+)
 def test_a_takeover_of_the_test_process_gives_failure(
     tally: Path, tmp_path: Path, payload: str
 ) -> None:
-    """Issue 26's takeover (pytest's own hook given new code that swallows failures) and
-    its variants: the calls replayed and compared outside the sandbox still decide."""
+    """Issue 26's takeover (pytest's own hook given new code that swallows failures), its
+    variants, and results forged at import (the pytest run reads as passed): the calls
+    replayed and compared outside the sandbox still decide."""
     tasks = _build(tmp_path / "out", per_project=2)
     env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
     try:
         for task in tasks:
             info = _play(env, task, [_append("tally", payload), "submit()"])
             assert info["outcome"] is Outcome.FAILURE, task.id
+            assert "target_tests_pass" not in info["milestones"], task.id
     finally:
         env.close()
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_forged_pytest_run_reads_as_passed_so_the_data_decides(
+    tally: Path, tmp_path: Path
+) -> None:
+    """The forged results do fool the pytest half of grading on the unfixed code (it has
+    no canaries): that is why the verdict is the comparison of calls."""
+    tasks = _build(tmp_path / "out", per_project=1)
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
+    try:
+        _play(env, tasks[0], [_append("tally", FORGE_RESULTS)])
+        run = env._run_hidden(env.changes())
+        _, data = env._observe_hidden(env.changes())
+    finally:
+        env.close()
+    assert run.consistent and not run.failing
+    assert not data.ok
 
 
 @pytest.mark.sandbox
@@ -271,8 +302,8 @@ def test_a_task_built_from_another_pin_is_refused_with_the_fix(tally: Path, tmp_
 
 
 def test_a_bug_report_says_what_went_wrong_never_the_fix() -> None:
-    """Reports are built from the calls that went wrong; they never quote the mutated
-    line, the kind of mutation or the word."""
+    """Reports are built from the calls that went wrong, a line per bug; they never quote
+    the mutated line, the kind of mutation or the word."""
     from agentgym_envs.sandbox.probes import Probe
 
     call = {"kind": "function", "target": "tally:clamp", "args": [15, 0, 10], "kwargs": []}
@@ -281,7 +312,7 @@ def test_a_bug_report_says_what_went_wrong_never_the_fix() -> None:
               "state": [["count", 2]]}, "args": [-1], "kwargs": []}  # fmt: skip
     raising = Probe("tests/test_tally.py::test_tally_refuses_negative", method,
                     {"raised": "builtins:ValueError"})  # fmt: skip
-    text = real_tasks.report("tally", [wrong, raising], [{"value": 15}, {"value": 1}], 3)
+    text = real_tasks.report("tally", [(wrong, {"value": 15}), (raising, {"value": 1})], 3)
     assert "`tally.clamp(15, 0, 10)` returns 15, but it should return 10." in text
     assert "`Tally(count=2).add(-1)` returns 1, but it should raise ValueError." in text
     assert "3 of its own tests fail" in text
@@ -300,6 +331,32 @@ def test_hunk_edits_fix_each_changed_place_on_its_own() -> None:
         assert text.count(old) == 1
         text = text.replace(old, new)
     assert text == original
+
+
+def test_a_bug_that_leaves_a_lone_pass_or_return_none_is_dropped() -> None:
+    """A removed branch leaves ``pass``: in a project with few such lines, a search for
+    them finds the bug (found by the review: 92 of 150 tasks of one project)."""
+    files = {"m.py": "def f(x):\n    if x:\n        x += 1\n    return x\n"}
+    removed = {"m.py": files["m.py"].replace("x += 1", "pass")}
+    assert real_tasks.fingerprint(files, removed)
+    many = {**files, "n.py": "def g():\n    pass\n" * real_tasks.FINGERPRINT_MIN}
+    assert not real_tasks.fingerprint(many, removed)
+    assert not real_tasks.fingerprint(files, {"m.py": files["m.py"].replace("+= 1", "-= 1")})
+    early = {"m.py": "def f(x):\n    if not x:\n        return\n    return x + 1\n"}
+    changed = {"m.py": early["m.py"].replace("x + 1", "x - 1")}  # the bare return was there
+    assert not real_tasks.fingerprint(early, changed)
+
+
+def test_train_and_test_split_a_nested_function_with_the_one_around_it() -> None:
+    """The side is the recorded function's, so a function nested in a test-side function
+    is on the test side too (the review found 34 nested functions on the other side)."""
+    covered = {"pkg:outer": ()}
+    outer = Site(MutationKind.OPERATOR_FLIP, "pkg/__init__.py", "outer", 3, 0, 0, "+")
+    inner = Site(MutationKind.OPERATOR_FLIP, "pkg/__init__.py", "outer.inner", 5, 0, 0, "+")
+    sides = {
+        real_tasks.side_of("p", real_tasks.function_of(s, covered) or "") for s in (outer, inner)
+    }
+    assert len(sides) == 1
 
 
 def test_difficulty_counts_what_a_fix_asks() -> None:
