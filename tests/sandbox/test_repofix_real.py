@@ -140,9 +140,26 @@ def _clear_caches() -> None:
 def tally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """tally 1.0 on a local index, pinned in a list of its own, with an empty cache;
     returns the pinned list."""
+    yield from _serve(tmp_path, monkeypatch, FILES)
+
+
+@pytest.fixture
+def tally_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The same with its tests inside the package (``tally/tests``), as 8 of the pinned
+    projects ship theirs."""
+    files = {
+        "tally-1.0/tally/__init__.py": CODE,
+        "tally-1.0/tally/tests/__init__.py": "",
+        "tally-1.0/tally/tests/test_tally.py": TESTS,
+        "tally-1.0/LICENSE": "MIT License\n",
+    }
+    yield from _serve(tmp_path, monkeypatch, files)
+
+
+def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> Any:
     archive = tmp_path / "files" / "tally-1.0.tar.gz"
     archive.parent.mkdir()
-    archive.write_bytes(_tar(FILES))
+    archive.write_bytes(_tar(files))
     page = tmp_path / "index" / "tally" / "index.html"
     page.parent.mkdir(parents=True)
     page.write_text('<a href="../../files/tally-1.0.tar.gz">tally-1.0.tar.gz</a>\n')
@@ -285,6 +302,26 @@ def test_the_projects_tests_and_expectations_are_out_of_the_sandboxs_reach(
     assert "tally" in obs and "LICENSE" in obs  # the code is there
     assert "test_tally" not in obs and "SOURCE.json" not in obs
     assert "baselines" not in obs and "\x1f\x8b" not in obs  # neither cache nor probes
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_file_where_the_tests_go_is_the_policys_failure_not_an_env_error(
+    tally_inside: Path, tmp_path: Path
+) -> None:
+    """Grading copies the project's tests into a fresh copy of the diff; a package folder
+    the policy replaced by a file made that copy raise (env_error, found by the review)."""
+    tasks = _build(tmp_path / "out", per_project=1)
+    assert tasks[0].spec["fail_to_pass"][0].startswith("tally/tests/")
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
+    swap = json.dumps({"name": "run", "arguments": {"cmd": "rm -rf tally && echo x > tally"}})
+    try:
+        info = _play(env, tasks[0], [swap, "submit()"])
+        assert info["outcome"] is Outcome.FAILURE
+        assert _play(env, tasks[0], None)["outcome"] is Outcome.SUCCESS
+    finally:
+        env.close()
 
 
 @pytest.mark.sandbox
