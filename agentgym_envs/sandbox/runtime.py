@@ -157,8 +157,8 @@ def fixtures_root() -> Path:
 
 def data_locations() -> list[str]:
     """Every host folder that holds task data: the installed package (its ``_data``),
-    the task and fixture roots in use, for a checkout its ``tasks``/``fixtures``, and the
-    real projects' cache (their tests and recorded expectations)."""
+    the task and fixture roots in use, for a checkout its ``tasks``/``fixtures``, and
+    agentgym's cache (the real projects' tests and recorded expectations)."""
     from agentgym_envs.core.tasks import tasks_root
 
     package = Path(__file__).resolve().parents[1]
@@ -168,9 +168,9 @@ def data_locations() -> list[str]:
             found.append(root())
         except ConfigError:
             continue
-    from agentgym_envs.sandbox.real_projects import cache_dir
+    from agentgym_envs.llm.models import cache_root
 
-    found.append(cache_dir())  # real projects' tests, baselines and recorded expectations
+    found.append(cache_root())  # real projects' tests, baselines and recorded expectations
     for spec in (Path(p) / "agentgym_envs" for p in sys.path if p):
         found.append(spec)
     return sorted({os.path.realpath(p) for p in found if p.exists()})
