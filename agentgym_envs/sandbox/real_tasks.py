@@ -74,7 +74,7 @@ from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
 PROBES_VERSION = 1  # of the probe files in the cache
-TASKS_VERSION = 2  # of the per-project task results in the cache (the builder's rules)
+TASKS_VERSION = 3  # of the per-project task results in the cache (the builder's rules)
 CALLS_PER_TEST = 40
 MAX_EXPECTED_CHARS = 20_000  # a probe whose expectation is larger is left out
 OTHERS = 10  # stable tests that do not reach the bug, run with each candidate
@@ -490,9 +490,11 @@ def draw(data: ProjectData, seed: int) -> tuple[str, list[Site]]:
     side = "ood" if data.project.split == "ood" else ("test" if rng.random() < 0.2 else "train")
     count = SITE_COUNTS[rng.randrange(len(SITE_COUNTS))]
 
+    telling = telltale_kinds(data.project.name)
+
     def allowed(site: Site) -> bool:
         function = function_of(site, data.covered)
-        if function is None:
+        if function is None or site.kind in telling:
             return False
         return side == "ood" or side_of(data.project.name, function) == side
 
@@ -660,6 +662,20 @@ def called_function(call: Mapping[str, Any]) -> str:
     owner = call.get("self")
     owner = owner.get("$obj") if isinstance(owner, dict) else None
     return f"{owner}.{call.get('name')}"
+
+
+@functools.cache
+def telltale_kinds(name: str) -> frozenset[MutationKind]:
+    """The kinds of bug that would give themselves away in project ``name``: a removed
+    branch leaves a bare ``pass`` and a removed return a ``return None``, lines such a
+    project holds fewer than :data:`FINGERPRINT_MIN` of (never drawn there)."""
+    lines = [x.strip() for text in package_files(name).values() for x in text.splitlines()]
+    out = set()
+    if lines.count("pass") < FINGERPRINT_MIN:
+        out.add(MutationKind.REMOVED_BRANCH)
+    if lines.count("return None") + lines.count("return") < FINGERPRINT_MIN:
+        out.add(MutationKind.REMOVED_RETURN)
+    return frozenset(out)
 
 
 _FINGERPRINTS = frozenset({"pass", "return None", "return"})

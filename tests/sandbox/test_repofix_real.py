@@ -209,6 +209,8 @@ def test_a_pinned_project_becomes_tasks_the_oracle_solves_and_doing_nothing_fail
     bug apart, each solved by its oracle and failed by a submit of the base."""
     tasks = _build(tmp_path / "out")
     assert len(tasks) >= 3
+    kinds = {site["kind"] for task in tasks for site in task.spec["sites"]}
+    assert not kinds & {"removed_branch", "removed_return"}  # tally holds no bare pass
     env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
     try:
         for task in tasks:
