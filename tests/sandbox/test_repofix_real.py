@@ -501,3 +501,26 @@ def test_a_shipped_project_builds_again_to_its_shipped_tasks(
     assert [t.to_json() for t in again] == [t.to_json() for t in shipped]
     probes = "repofix_real_probes/inflection.json.gz"
     assert (tmp_path / probes).read_bytes() == real_tasks.graded_path("inflection").read_bytes()
+
+
+def test_a_dict_subclass_holds_the_same_pairs_in_any_order() -> None:
+    """``==`` compares a dict subclass's pairs in any order; so does the grader (a fix that
+    fills one in another order returned a mismatch, found by the review)."""
+    from agentgym_envs.sandbox import probes
+
+    a = {"$obj": "p:D", "state": [], "pairs": [["a", 1], ["b", 2]]}
+    b = {"$obj": "p:D", "state": [], "pairs": [["b", 2], ["a", 1]]}
+    assert probes.same(a, b)
+    assert not probes.same(a, {**b, "pairs": [["a", 1]]})
+    assert not probes.same(a, {**b, "pairs": [["a", 1], ["b", 3]]})
+    assert not probes.same(a, {**b, "pairs": "ab"})
+
+
+def test_guidance_names_a_parametrised_test_without_its_parameters() -> None:
+    """``test_singularize_plural[jeans-jeans]`` names the answer (found by the review)."""
+    from agentgym_envs.sandbox import probes
+
+    probe = probes.Probe("t.py::test_x[jeans-jeans]", {}, {"value": 1})
+    found = probes.ProbeSet("p", "p", (".",), "h", (probe,), all_hidden=True)
+    named = probes.failing_tests([probe.test], found, probes.Comparison(1, 0, (0,)))
+    assert named == "t.py::test_x"
