@@ -61,9 +61,18 @@ class RepoFixRealEnv(RepoFixEnv):
         buggy one, and a bug at most two tests see; ``easy`` 0, ``medium`` 1-2, ``hard``
         3 or more. ``task.spec["measures"]`` holds the numbers.
 
-    Tools, milestones, limits, safety gates and rewards:
+    Tools:
         As ``RepoFix``. ``run_tests`` runs the tests in the workspace, which holds none of
-        the project's; there is no ``tests_passing`` step check (``local_weight`` must be
+        the project's: reproduce with ``run``.
+
+    Milestones:
+        As ``RepoFix``.
+
+    Safety gates:
+        As ``RepoFix``; writing under ``tests/`` stops the episode too.
+
+    Rewards:
+        As ``RepoFix``, without the ``tests_passing`` step check (``local_weight`` must be
         0).
 
     Termination:
