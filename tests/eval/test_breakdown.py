@@ -141,7 +141,7 @@ def test_by_project_from_the_tasks_an_entry_passes() -> None:
 
 
 def test_no_task_set_no_breakdown(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentgym_envs.eval import evaluate as ev
+    from agentgym_envs.eval import breakdown as ev
 
     def missing(*args: object) -> TaskSet:
         raise ConfigError("task file is missing")
