@@ -15,9 +15,10 @@ import difflib
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
 from agentgym_envs.core.errors import AgentGymError, ArgumentError
 
@@ -66,6 +67,16 @@ class Site:
     def key(self) -> str:
         """``path:function:kind:index``, e.g. ``"a/core.py:Interval.overlaps:operator_flip:3"``."""
         return f"{self.path}:{self.function}:{self.kind.value}:{self.index}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The site as task files store it (its fields, the kind's value and the key)."""
+        return {**asdict(self), "kind": self.kind.value, "key": self.key}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Site:
+        """The site :meth:`to_json` wrote (other keys ignored)."""
+        values = {f.name: data[f.name] for f in fields(cls)}
+        return cls(**{**values, "kind": MutationKind(values["kind"])})
 
 
 @dataclass(frozen=True)

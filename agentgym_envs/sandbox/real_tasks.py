@@ -70,6 +70,8 @@ from agentgym_envs.sandbox import probes as probe_mod
 from agentgym_envs.sandbox import real_projects as rp
 from agentgym_envs.sandbox.backends import Limits
 from agentgym_envs.sandbox.mutate import MutationError, MutationKind, Site, apply_many, sample_sites
+from agentgym_envs.sandbox.real_reports import report
+from agentgym_envs.sandbox.repofix_tasks import changed_lines, hunk_edits, solution_actions
 from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
@@ -337,116 +339,6 @@ def side_of(project: str, function: str) -> str:
     return "test" if int(hashlib.sha256(key).hexdigest(), 16) % TEST_SHARE == 0 else "train"
 
 
-# -- bug reports ----------------------------------------------------------------------------
-
-_SHOWN = 100  # characters of a value in a report
-
-
-def show(data: Any, limit: int = _SHOWN) -> str:
-    """An encoded value (``probe_harness``) written as Python would print it, cut short."""
-    text = _show(data)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _show(data: Any) -> str:
-    if data is None or isinstance(data, bool | int | float | str):
-        return repr(data)
-    if isinstance(data, list):
-        return "[" + ", ".join(_show(v) for v in data) + "]"
-    if not isinstance(data, dict) or not data:
-        return "?"
-    tag = next((k for k in data if k.startswith("$")), "")
-    value: Any = data.get(tag)
-    if tag == "$tuple":
-        items = [_show(v) for v in value]
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    if tag in ("$dict", "$ordereddict", "$counter", "$defaultdict"):
-        return "{" + ", ".join(f"{_show(k)}: {_show(v)}" for k, v in value) + "}"
-    if tag in ("$set", "$frozenset"):
-        return "{" + ", ".join(_show(v) for v in value) + "}" if value else "set()"
-    if tag == "$deque":
-        return "deque([" + ", ".join(_show(v) for v in value) + "])"
-    if tag == "$iter":
-        return "iterator over [" + ", ".join(_show(v) for v in value) + "]"
-    if tag == "$obj":  # as its class would be built: contents, else public attributes
-        name = str(value).rpartition(":")[2]
-        if "pairs" in data:
-            pairs = ", ".join(f"{_show(k)}: {_show(v)}" for k, v in data["pairs"])
-            return f"{name}({{{pairs}}})"
-        if "items" in data:
-            return f"{name}([" + ", ".join(_show(v) for v in data["items"]) + "])"
-        state = [(k, v) for k, v in data.get("state", []) if not str(k).startswith("_")]
-        return f"{name}(" + ", ".join(f"{k}={_show(v)}" for k, v in state) + ")"
-    if tag in ("$type", "$enum"):
-        name = str(value).rpartition(":")[2]
-        return f"{name}.{data['name']}" if tag == "$enum" else name
-    if tag in ("$bytes", "$bytearray"):
-        return repr(bytes.fromhex(str(value))) if _hex(value) else "b'?'"
-    if tag in ("$date", "$datetime", "$time", "$decimal", "$float"):
-        return str(value)
-    if tag == "$stringio":
-        return f"StringIO({_show(value[0])})"
-    return _show(value)
-
-
-def _hex(value: Any) -> bool:
-    return isinstance(value, str) and all(c in "0123456789abcdef" for c in value.lower())
-
-
-def _call_text(call: Mapping[str, Any]) -> str:
-    args = [show(a, 60) for a in call.get("args", [])]
-    args += [f"{k}={show(v, 60)}" for k, v in call.get("kwargs", [])]
-    inner = ", ".join(args)
-    kind = call["kind"]
-    if kind in ("function", "new"):
-        module, _, name = str(call["target"]).partition(":")
-        return f"{module}.{name}({inner})"
-    if kind == "classmethod":
-        module, _, name = str(call["target"]).partition(":")
-        return f"{module}.{name}.{call['name']}({inner})"
-    receiver = show(call.get("self"), 80)
-    if kind == "property":
-        return f"{receiver}.{call['name']}"
-    return f"{receiver}.{call['name']}({inner})"
-
-
-def _outcome(observed: Mapping[str, Any], *, third_person: bool = True) -> str:
-    """``raises E`` or ``returns X`` (``raise E``, ``return X`` without ``third_person``)."""
-    s = "s" if third_person else ""
-    if "raised" in observed:
-        return f"raise{s} {str(observed['raised']).rpartition(':')[2]}"
-    return f"return{s} {show(observed.get('value'))}"
-
-
-def describe(probe: probe_mod.Probe, observed: Any) -> str:
-    """One report line: what a call gave on the buggy code and what it should give."""
-    call = _call_text(probe.call)
-    expected, got = probe.expected, observed if isinstance(observed, dict) else {}
-    if ("raised" in expected) != ("raised" in got) or expected.get("raised") != got.get("raised"):
-        should = _outcome(expected, third_person=False)
-        return f"`{call}` {_outcome(got)}, but it should {should}."
-    if not probe_mod.same(expected.get("value"), got.get("value")):
-        return f"`{call}` returns {show(got.get('value'))}, but it should return " \
-            f"{show(expected.get('value'))}."  # fmt: skip
-    if expected.get("printed") != got.get("printed"):
-        return f"`{call}` prints {show(got.get('printed', ''))}, expected " \
-            f"{show(expected.get('printed', ''))}."  # fmt: skip
-    if "message" in expected and expected.get("message") != got.get("message"):
-        return f"`{call}` raises with the message {show(got.get('message'))}, expected " \
-            f"{show(expected['message'])}."  # fmt: skip
-    return f"After `{call}` its arguments or object hold something else than they should."
-
-
-def report(name: str, lines: Sequence[tuple[probe_mod.Probe, Any]], failing: int) -> str:
-    """The bug report: a call that went wrong per bug (what it gave, what it should give)
-    and how many of the project's tests fail. Built from data only."""
-    tests = "test fails" if failing == 1 else "tests fail"
-    return (
-        f"Something is wrong in `{name}`: {failing} of its own {tests} now. For example:\n"
-        + "\n".join("- " + describe(probe, observed) for probe, observed in lines)
-    )
-
-
 # -- candidates -----------------------------------------------------------------------------
 
 
@@ -514,7 +406,6 @@ def candidate(
     data: ProjectData, seed: int, runner: Any, funnel: Funnel, seen: set[str]
 ) -> dict[str, Any] | None:
     """The task a seed makes, as JSON, or None (the funnel says why)."""
-    from agentgym_envs.sandbox.repofix_tasks import solution_actions
 
     name = data.project.name
     funnel.tried += 1
@@ -614,7 +505,7 @@ def candidate(
         spec={
             "project": name,
             "source": data.project.cache_key,
-            "sites": [{**dataclasses.asdict(s), "kind": s.kind.value, "key": s.key} for s in sites],
+            "sites": [s.to_json() for s in sites],
             "functions": functions,
             "fail_to_pass": fail_to_pass,
             "pass_to_pass": pass_to_pass,
@@ -697,43 +588,6 @@ def fingerprint(files: Mapping[str, str], changed: Mapping[str, str]) -> bool:
     return False
 
 
-def hunk_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, str]]:
-    """Edits (path, old, new) that turn ``mutated`` back into ``original`` one changed
-    place at a time, each ``old`` widened by whole lines until it occurs once; the whole
-    span of :func:`repofix_tasks.gold_edits` where applying them in order would not give
-    ``original``."""
-    from agentgym_envs.sandbox.repofix_tasks import gold_edits
-
-    a, b = mutated.splitlines(keepends=True), original.splitlines(keepends=True)
-    ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
-    edits, text = [], mutated
-    for tag, i1, i2, j1, j2 in ops:
-        if tag == "equal":
-            continue
-        lo_a, hi_a, lo_b, hi_b = i1, i2, j1, j2
-        while True:
-            old = "".join(a[lo_a:hi_a])
-            if old and text.count(old) == 1:
-                break
-            if lo_a == 0 and hi_a == len(a):
-                return gold_edits(path, mutated, original)
-            if lo_a > 0:
-                lo_a, lo_b = lo_a - 1, lo_b - 1
-            if hi_a < len(a):
-                hi_a, hi_b = hi_a + 1, hi_b + 1
-        new = "".join(b[lo_b:hi_b])
-        text = text.replace(old, new, 1)
-        edits.append((path, old, new))
-    return edits if text == original else gold_edits(path, mutated, original)
-
-
-def changed_lines(original: str, mutated: str) -> int:
-    """How many lines of ``original`` a fix has to touch (the lines the bugs changed)."""
-    a, b = original.splitlines(), mutated.splitlines()
-    ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
-    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
-
-
 def difficulty(measures: Mapping[str, Any]) -> str:
     """``easy``, ``medium`` or ``hard`` from what the task asks: a point for each site
     beyond the first, a second file, a failure seen only through another function than
@@ -741,13 +595,6 @@ def difficulty(measures: Mapping[str, Any]) -> str:
     points = (measures["sites"] - 1) + (measures["files"] > 1) + (not measures["direct"])
     points += measures["failing_tests"] <= 2
     return "easy" if points == 0 else "medium" if points <= 2 else "hard"
-
-
-def site_of(data: Mapping[str, Any]) -> Site:
-    fields = {f.name for f in dataclasses.fields(Site)}
-    values = {k: v for k, v in data.items() if k in fields}
-    values["kind"] = MutationKind(values["kind"])
-    return Site(**values)
 
 
 def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
@@ -763,7 +610,7 @@ def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
             "rebuild the tasks with `agentgym tasks build RepoFixReal`"
         )
     files = package_files(p.name)
-    mutated = apply_many(files, [site_of(s) for s in spec["sites"]])
+    mutated = apply_many(files, [Site.from_json(s) for s in spec["sites"]])
     return {k: v for k, v in mutated.items() if files.get(k) != v}
 
 

@@ -13,7 +13,6 @@ silently invalidate stored tasks.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import random
@@ -34,7 +33,6 @@ from agentgym_envs.sandbox.fixtures import content_hash as content_hash
 from agentgym_envs.sandbox.fixtures import repo_dir as repo_dir
 from agentgym_envs.sandbox.fixtures import source_files as source_files
 from agentgym_envs.sandbox.mutate import (
-    MutationKind,
     Site,
     apply,
     apply_many,
@@ -48,13 +46,6 @@ TASK_COUNTS = {"train": 100, "test": 50, "ood": 50}  # per difficulty: 600 tasks
 GEN_TIMEOUT_S = 20.0
 
 
-def _site(data: Mapping[str, Any]) -> Site:
-    fields = {f.name for f in dataclasses.fields(Site)}
-    values = {k: v for k, v in data.items() if k in fields}
-    values["kind"] = MutationKind(values["kind"])
-    return Site(**values)
-
-
 def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
     """Re-apply a task's mutations; only the changed files come back."""
     name = spec["repo"]
@@ -64,7 +55,7 @@ def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
             "with `agentgym tasks build RepoFix`"
         )
     files = source_files(name)
-    mutated = apply_many(files, [_site(s) for s in spec["sites"]])
+    mutated = apply_many(files, [Site.from_json(s) for s in spec["sites"]])
     return {p: t for p, t in mutated.items() if files.get(p) != t}
 
 
@@ -140,6 +131,41 @@ def gold_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, s
             hi_a, hi_b = hi_a + 1, hi_b + 1
 
 
+def hunk_edits(path: str, mutated: str, original: str) -> list[tuple[str, str, str]]:
+    """Edits (path, old, new) that turn ``mutated`` back into ``original`` one changed
+    place at a time, each ``old`` widened by whole lines until it occurs once; the whole
+    span of :func:`gold_edits` where applying them in order would not give
+    ``original``."""
+    a, b = mutated.splitlines(keepends=True), original.splitlines(keepends=True)
+    ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+    edits, text = [], mutated
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            continue
+        lo_a, hi_a, lo_b, hi_b = i1, i2, j1, j2
+        while True:
+            old = "".join(a[lo_a:hi_a])
+            if old and text.count(old) == 1:
+                break
+            if lo_a == 0 and hi_a == len(a):
+                return gold_edits(path, mutated, original)
+            if lo_a > 0:
+                lo_a, lo_b = lo_a - 1, lo_b - 1
+            if hi_a < len(a):
+                hi_a, hi_b = hi_a + 1, hi_b + 1
+        new = "".join(b[lo_b:hi_b])
+        text = text.replace(old, new, 1)
+        edits.append((path, old, new))
+    return edits if text == original else gold_edits(path, mutated, original)
+
+
+def changed_lines(original: str, mutated: str) -> int:
+    """How many lines of ``original`` a fix has to touch (the lines the bugs changed)."""
+    a, b = original.splitlines(), mutated.splitlines()
+    ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _NOISE = re.compile(
     r"^(?:[.FEsxX]+(?:\s+\[\s*\d+%\])?|[=!_-]{3,}.*|\d+ (?:failed|passed|error).*)$"
@@ -204,7 +230,7 @@ def generate(seed: int, difficulty: str, split: str) -> Task | None:
     spec = {
         "repo": name,
         "fixture_hash": content_hash(name),
-        "sites": [{**dataclasses.asdict(s), "kind": s.kind.value, "key": s.key} for s in sites],
+        "sites": [s.to_json() for s in sites],
         "fail_to_pass": fail_to_pass,
         "pass_to_pass": pass_to_pass,
         "hints": hints,

@@ -10,7 +10,9 @@ The Docker variants skip unless an engine answers and has the sandbox image
 from __future__ import annotations
 
 import functools
+import io
 import os
+import tarfile
 
 import pytest
 
@@ -68,3 +70,15 @@ ISOLATING_SLOW_DOCKER = [
 def make_isolating(name: str) -> Backend:
     """A fresh isolating backend by name (``ISOLATING``'s ids)."""
     return BubblewrapBackend() if name == "bubblewrap" else DockerBackend()
+
+
+def sdist(files: dict[str, str]) -> bytes:
+    """A gzipped tar holding ``files`` (archive path -> text): a source archive to serve."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

@@ -8,16 +8,14 @@ pinned list from the real index."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.sandbox import real_projects as rp
-from tests.sandbox.support import needs_bwrap
+from tests.sandbox.support import needs_bwrap, sdist
 
 FILES = {
     "mini-1.0/mini/__init__.py": (
@@ -35,23 +33,12 @@ FILES = {
 }
 
 
-def _tar(files: dict[str, str]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 @pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A local simple index serving mini 1.0, and an empty cache."""
     archive = tmp_path / "files" / "mini-1.0.tar.gz"
     archive.parent.mkdir()
-    archive.write_bytes(_tar(FILES))
+    archive.write_bytes(sdist(FILES))
     page = tmp_path / "index" / "mini" / "index.html"
     page.parent.mkdir(parents=True)
     page.write_text('<a href="../../files/mini-1.0.tar.gz#sha256=x">mini-1.0.tar.gz</a>\n')
@@ -75,7 +62,7 @@ IN_PACKAGE = {  # tests inside the package, importing it and each other relative
 def _serve(index: Path, name: str, version: str, files: dict[str, str]) -> rp.Project:
     """Add an archive to the index of the ``index`` fixture; its pin."""
     archive = index.parent / f"{name}-{version}.tar.gz"
-    archive.write_bytes(_tar(files))
+    archive.write_bytes(sdist(files))
     page = index.parents[1] / "index" / name / "index.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(f'<a href="../../files/{archive.name}">{archive.name}</a>\n')
@@ -133,7 +120,7 @@ def test_fetch_checks_the_pinned_hash_and_keeps_the_archive(index: Path) -> None
 
 def test_a_changed_archive_on_the_index_is_refused(index: Path) -> None:
     pinned = _pin(index)
-    index.write_bytes(_tar({**FILES, "mini-1.0/mini/__init__.py": "import os\n"}))
+    index.write_bytes(sdist({**FILES, "mini-1.0/mini/__init__.py": "import os\n"}))
     with pytest.raises(ConfigError, match=f"pins {pinned.sha256}: the index serves a different"):
         rp.fetch(pinned)
     assert not any((rp.cache_dir() / "archives").iterdir())  # nothing kept
@@ -141,7 +128,7 @@ def test_a_changed_archive_on_the_index_is_refused(index: Path) -> None:
 
 @pytest.mark.parametrize("member", ["../evil.py", "/etc/evil.py", "mini-1.0/../../evil.py"])
 def test_an_archive_member_outside_its_folder_is_refused(index: Path, member: str) -> None:
-    index.write_bytes(_tar({**FILES, member: "x = 1\n"}))
+    index.write_bytes(sdist({**FILES, member: "x = 1\n"}))
     with pytest.raises(ConfigError, match="holds a member outside its folder"):
         rp.source(_pin(index))
 
@@ -267,7 +254,7 @@ def test_every_pinned_project_fetches_and_has_a_stable_baseline(tmp_path: Path) 
 def test_a_new_pin_of_the_same_version_never_reuses_the_old_files(index: Path) -> None:
     first = rp.stage(_pin(index))
     changed = {**FILES, "mini-1.0/mini/__init__.py": "def add(a, b):\n    return b + a\n"}
-    index.write_bytes(_tar(changed))
+    index.write_bytes(sdist(changed))
     second = rp.stage(_pin(index))
     assert second != first
     assert "b + a" in (second / "mini" / "__init__.py").read_text()

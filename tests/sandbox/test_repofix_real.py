@@ -8,9 +8,7 @@ index pip uses (once: the cache keeps them)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import tarfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -28,10 +26,11 @@ from agentgym_envs.redteam.sandbox_data import (
     RAISE_ALL,
 )
 from agentgym_envs.sandbox import real_projects as rp
-from agentgym_envs.sandbox import real_tasks
+from agentgym_envs.sandbox import real_reports, real_tasks
 from agentgym_envs.sandbox.mutate import MutationKind, Site
 from agentgym_envs.sandbox.repofix_real import RepoFixRealEnv
-from tests.sandbox.support import needs_bwrap
+from agentgym_envs.sandbox.repofix_tasks import hunk_edits
+from tests.sandbox.support import needs_bwrap, sdist
 
 CODE = '''"""Small counting helpers."""
 
@@ -120,17 +119,6 @@ FILES = {
 }
 
 
-def _tar(files: dict[str, str]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def _clear_caches() -> None:
     for cached in (real_tasks.project_data, real_tasks.package_files, real_tasks.graded):
         cached.cache_clear()
@@ -159,7 +147,7 @@ def tally_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> Any:
     archive = tmp_path / "files" / "tally-1.0.tar.gz"
     archive.parent.mkdir()
-    archive.write_bytes(_tar(files))
+    archive.write_bytes(sdist(files))
     page = tmp_path / "index" / "tally" / "index.html"
     page.parent.mkdir(parents=True)
     page.write_text('<a href="../../files/tally-1.0.tar.gz">tally-1.0.tar.gz</a>\n')
@@ -351,7 +339,7 @@ def test_a_bug_report_says_what_went_wrong_never_the_fix() -> None:
               "state": [["count", 2]]}, "args": [-1], "kwargs": []}  # fmt: skip
     raising = Probe("tests/test_tally.py::test_tally_refuses_negative", method,
                     {"raised": "builtins:ValueError"})  # fmt: skip
-    text = real_tasks.report("tally", [(wrong, {"value": 15}), (raising, {"value": 1})], 3)
+    text = real_reports.report("tally", [(wrong, {"value": 15}), (raising, {"value": 1})], 3)
     assert "`tally.clamp(15, 0, 10)` returns 15, but it should return 10." in text
     assert "`Tally(count=2).add(-1)` returns 1, but it should raise ValueError." in text
     assert "3 of its own tests fail" in text
@@ -363,7 +351,7 @@ def test_a_bug_report_says_what_went_wrong_never_the_fix() -> None:
 def test_hunk_edits_fix_each_changed_place_on_its_own() -> None:
     original = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\n"
     mutated = original.replace("b = 2", "b = 3").replace("e = 5", "e = 6")
-    edits = real_tasks.hunk_edits("t.py", mutated, original)
+    edits = hunk_edits("t.py", mutated, original)
     assert [(old, new) for _, old, new in edits] == [("b = 3\n", "b = 2\n"), ("e = 6\n", "e = 5\n")]
     text = mutated
     for _, old, new in edits:
