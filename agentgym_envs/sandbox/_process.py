@@ -100,6 +100,24 @@ class ExecResult:
     elapsed_ms: float
     killed: str | None
 
+    def text(self, stdout_chars: int, stderr_chars: int) -> str:
+        """How a tool shows the run: exit code, time, why it stopped, and the ends of
+        its output (the last ``stdout_chars`` and ``stderr_chars``)."""
+        head = f"exit code {self.exit_code} in {self.elapsed_ms:.0f} ms"
+        if self.timed_out:
+            head += " (timed out)"
+        elif self.killed:
+            head += f" (killed: {self.killed} limit)"
+        cut = self.truncated or len(self.stdout) > stdout_chars or len(self.stderr) > stderr_chars
+        if cut:
+            head += " (output truncated)"
+        parts = [head]
+        if self.stdout:
+            parts.append("stdout:\n" + self.stdout[-stdout_chars:])
+        if self.stderr:
+            parts.append("stderr:\n" + self.stderr[-stderr_chars:])
+        return "\n".join(parts)
+
 
 @dataclass(frozen=True)
 class _Call:

@@ -165,11 +165,9 @@ def _pinned(path: str, mtime_ns: int) -> tuple[Project, ...]:
 
 
 def project(name: str, projects: Sequence[Project] | None = None) -> Project:
-    """The pinned project called ``name`` (the pinned list is read again only when it
-    changed: an env looks its project up at every reset)."""
-    if projects is None:
-        path = pinned_path()
-        projects = _pinned(str(path), path.stat().st_mtime_ns)
+    """The pinned project called ``name`` (the list is read again only once changed)."""
+    if projects is None:  # an env looks its project up at every reset
+        projects = _pinned(str(pinned_path()), pinned_path().stat().st_mtime_ns)
     for p in projects:
         if p.name == name:
             return p

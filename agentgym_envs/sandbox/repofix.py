@@ -47,7 +47,7 @@ from agentgym_envs.sandbox.repofix_gates import (
     relative_path,
     tampers,
 )
-from agentgym_envs.sandbox.repofix_tasks import solution_actions
+from agentgym_envs.sandbox.repofix_tasks import ScriptOracle, solution_actions
 from agentgym_envs.sandbox.twin import twin_files
 from agentgym_envs.sandbox.verify import TestRun, TestRunner, grade
 from agentgym_envs.sandbox.workspace import (
@@ -445,7 +445,9 @@ class RepoFixEnv(AgentEnv):
         assert isinstance(result, ExecResult)
         if result.exit_code != 0 and not result.timed_out and self._may_reproduce():
             self.progress.reproduced = self._fails_because_of_bug(cmd, timeout)
-        return ToolResult(_format(result), data={"exit_code": result.exit_code})
+        return ToolResult(
+            result.text(STDOUT_CHARS, STDERR_CHARS), data={"exit_code": result.exit_code}
+        )
 
     @tool(
         "Run the visible tests with pytest (all of them, or a file or test id under tests/).",
@@ -471,7 +473,9 @@ class RepoFixEnv(AgentEnv):
             self.visible.measure(
                 self.task.id, spec["repo"], self._template, self.changes(), eligible=eligible
             )
-        return ToolResult(_format(run.result), data={"failing": run.failing})
+        return ToolResult(
+            run.result.text(STDOUT_CHARS, STDERR_CHARS), data={"failing": run.failing}
+        )
 
     @tool("Submit the fix for grading by the hidden tests.", kind=ToolKind.WRITE)
     def submit(self) -> ToolResult:
@@ -780,35 +784,6 @@ class RepoFixEnv(AgentEnv):
     @classmethod
     def task_key(cls, task: Task) -> Any:
         return (task.spec["repo"], tuple(s["key"] for s in task.spec["sites"]))
-
-
-class ScriptOracle:
-    """Replays the task's gold fix (edits back to the original code), then submits."""
-
-    def __init__(self, actions: Sequence[str]) -> None:
-        self.actions = list(actions)
-
-    def act(self) -> str:
-        return self.actions.pop(0) if self.actions else "submit()"
-
-
-def _format(result: ExecResult) -> str:
-    head = f"exit code {result.exit_code} in {result.elapsed_ms:.0f} ms"
-    if result.timed_out:
-        head += " (timed out)"
-    elif result.killed:
-        head += f" (killed: {result.killed} limit)"
-    truncated = (
-        result.truncated or len(result.stdout) > STDOUT_CHARS or len(result.stderr) > STDERR_CHARS
-    )
-    if truncated:
-        head += " (output truncated)"
-    parts = [head]
-    if result.stdout:
-        parts.append("stdout:\n" + result.stdout[-STDOUT_CHARS:])
-    if result.stderr:
-        parts.append("stderr:\n" + result.stderr[-STDERR_CHARS:])
-    return "\n".join(parts)
 
 
 __all__ = [
