@@ -13,8 +13,13 @@ Per project (the pinned sources of :mod:`real_projects`), built once into the ca
 2. **Candidates** (:func:`candidate`). A seed draws 1 to 3 sites in functions some stable
    test reaches, all on one side of the project's split: a function belongs to ``test``
    or ``train`` by a hash of its name, so train and test tasks of a project touch
-   disjoint functions; a project pinned ``"split": "ood"`` gives only ``ood`` tasks.
-3. **Validation.** The tests that reach the mutated functions (coverage) run in the
+   disjoint functions; a project pinned ``"split": "ood"`` gives only ``ood`` tasks. A
+   seed that draws several sites combines bugs of one-bug tasks kept before on its side,
+   once there are twice as many of them as it needs (as SWE-smith combines validated
+   bugs): few random combinations pass the check below that each bug shows alone.
+3. **Validation.** The calls of the tests that reach the mutated functions (coverage) are
+   replayed on the mutant, and for several bugs on each bug alone: most candidates are
+   dropped there, before a test run. Then those tests run in the
    sandbox on the mutant, plus :data:`OTHERS` stable tests that do not reach them. A
    candidate is kept when some of the reaching tests fail (fail-to-pass), every other
    test passes, the suite runs within 3 times its pristine time plus 10 s, and calls
@@ -39,8 +44,9 @@ Command line::
 It writes ``tasks/sandbox/repofix_real.jsonl.gz`` and, next to it, each project's graded
 probes (``repofix_real_probes/<project>.json.gz``: the calls of the tests some task names,
 with their expectations; task data, never mounted in a sandbox). ``agentgym tasks build
-RepoFixReal`` does the same. A project's results are cached, so an interrupted build
-resumes.
+RepoFixReal`` does the same. Each seed's outcome is cached as soon as it is known
+(``tasks-v<N>/<project>.jsonl``), so an interrupted build resumes at the seed where it
+stopped, and a build asking for more tasks per project goes on from the seeds tried.
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
 PROBES_VERSION = 1  # of the probe files in the cache
-TASKS_VERSION = 3  # of the per-project task results in the cache (the builder's rules)
+TASKS_VERSION = 4  # of the per-project task results in the cache (the builder's rules)
 CALLS_PER_TEST = 40
 MAX_EXPECTED_CHARS = 20_000  # a probe whose expectation is larger is left out
 OTHERS = 10  # stable tests that do not reach the bug, run with each candidate
@@ -376,8 +382,12 @@ class Built:
     funnel: Funnel = field(default_factory=lambda: Funnel(""))
 
 
-def draw(data: ProjectData, seed: int) -> tuple[str, list[Site]]:
-    """A seed's split side and sites (module docstring, step 2)."""
+def draw(
+    data: ProjectData, seed: int, pool: Mapping[str, set[str]] | None = None
+) -> tuple[str, list[Site]]:
+    """A seed's split side and sites (module docstring, step 2). ``pool``: by side, the
+    sites of the one-bug tasks kept so far; a seed that draws several bugs combines
+    bugs from it when it holds enough of them."""
     rng = random.Random(f"{data.project.key}:{seed}")
     side = "ood" if data.project.split == "ood" else ("test" if rng.random() < 0.2 else "train")
     count = SITE_COUNTS[rng.randrange(len(SITE_COUNTS))]
@@ -390,8 +400,14 @@ def draw(data: ProjectData, seed: int) -> tuple[str, list[Site]]:
             return False
         return side == "ood" or side_of(data.project.name, function) == side
 
+    kept = (pool or {}).get(side, set())
+    files = package_files(data.project.name)
     try:
-        sites = sample_sites(package_files(data.project.name), count, seed, where=allowed)
+        if count > 1 and len(kept) >= 2 * count:
+            sites = sample_sites(files, count, seed, where=lambda s: s.key in kept)
+            if len(sites) == count:
+                return side, sites
+        sites = sample_sites(files, count, seed, where=allowed)
     except MutationError:
         return side, []
     return side, sites if len(sites) == count else []
@@ -402,14 +418,38 @@ def _others(data: ProjectData, reached: set[str], seed: int) -> list[str]:
     return sorted(random.Random(seed).sample(rest, min(OTHERS, len(rest))))
 
 
+def _by_test(
+    data: ProjectData, tests: Sequence[str], observed: Sequence[Any]
+) -> dict[str, list[Any]]:
+    """A replay's observations of the probes of ``tests`` (in that order), by test."""
+    out: dict[str, list[Any]] = {}
+    for test in tests:
+        count = len(data.by_test.get(test, ()))
+        out[test], observed = list(observed[:count]), observed[count:]
+    return out
+
+
+def _calls(probes: Sequence[probe_mod.Probe], indices: Sequence[int]) -> set[str]:
+    return {json.dumps(probes[i].call, sort_keys=True) for i in indices}
+
+
 def candidate(
-    data: ProjectData, seed: int, runner: Any, funnel: Funnel, seen: set[str]
+    data: ProjectData,
+    seed: int,
+    runner: Any,
+    funnel: Funnel,
+    seen: set[str],
+    pool: Mapping[str, set[str]] | None = None,
 ) -> dict[str, Any] | None:
-    """The task a seed makes, as JSON, or None (the funnel says why)."""
+    """The task a seed makes, as JSON, or None (the funnel says why).
+
+    The cheap checks come first: the calls of the tests that reach the bugs are replayed
+    on the mutant (and, for several bugs, on each bug alone) before its test run, since
+    most candidates fail there."""
 
     name = data.project.name
     funnel.tried += 1
-    side, sites = draw(data, seed)
+    side, sites = draw(data, seed, pool)
     if not sites:
         funnel.no_site += 1
         return None
@@ -424,8 +464,29 @@ def candidate(
         return None
     functions = sorted({function_of(s, data.covered) or "" for s in sites})
     reached = sorted({t for f in functions for t in data.covered.get(f, ())})
-    others = _others(data, set(reached), seed)
     timeout_s = min(rp.BASELINE_TIMEOUT_S, 3 * data.seconds + 10)
+    reaching = data.probes_of(reached)
+    observed_all = _observe(data, runner, changed, reaching, timeout_s)
+    first = probe_mod.compare(reaching, observed_all)
+    if isinstance(observed_all, str) or first.problem is not None or not first.differing:
+        funnel.unseen += 1  # no call goes wrong: no verdict by data could tell the bug
+        return None
+    if len(_calls(reaching, first.differing)) <= 1:
+        funnel.thin += 1  # the report's one call would be all that goes wrong
+        return None
+    alone_by_site: list[dict[str, list[Any]]] = []
+    for site in sites if len(sites) > 1 else ():
+        alone = {k: v for k, v in apply_many(files, [site]).items() if files.get(k) != v}
+        own = _observe(data, runner, alone, reaching, timeout_s)
+        own_cmp = probe_mod.compare(reaching, own)
+        if isinstance(own, str) or own_cmp.problem is not None:
+            funnel.site_unseen += 1
+            return None
+        if not set(own_cmp.differing) & set(first.differing):
+            funnel.site_unseen += 1
+            return None
+        alone_by_site.append(_by_test(data, reached, own))
+    others = _others(data, set(reached), seed)
     with tempfile.TemporaryDirectory(prefix="agentgym-real-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(data.repo, work, ignore=ignore_paths(data.repo, ("SOURCE.json",)))
@@ -446,31 +507,28 @@ def candidate(
     if not all(run.passed(t) for t in others):
         funnel.spilled += 1
         return None
-    graded = data.probes_of([*fail_to_pass, *pass_to_pass])
-    failing = set(fail_to_pass)
-    observed = _observe(data, runner, changed, graded, timeout_s)
+    order = [*fail_to_pass, *pass_to_pass]
+    graded = data.probes_of(order)
+    per_test = _by_test(data, reached, observed_all)
+    observed = [o for t in order for o in per_test[t]]
     comparison = probe_mod.compare(graded, observed)
-    if isinstance(observed, str) or comparison.problem is not None:
+    failing = set(fail_to_pass)
+    wrong = [i for i in comparison.differing if graded[i].test in failing]
+    if not wrong:
         funnel.unseen += 1
         return None
-    wrong = [i for i in comparison.differing if graded[i].test in failing]
     # every bug on its own shows in a call of a failing test that also goes wrong with all
     # of them: a fix that leaves any bug in place fails by data, and the report names each
     shown = []
-    for site in sites if len(sites) > 1 else ():
-        alone = {k: v for k, v in apply_many(files, [site]).items() if files.get(k) != v}
-        own = probe_mod.compare(graded, _observe(data, runner, alone, graded, timeout_s))
-        seen_alone = [i for i in wrong if i in set(own.differing)] if own.problem is None else []
+    for own_by_test in alone_by_site:
+        own_cmp = probe_mod.compare(graded, [o for t in order for o in own_by_test[t]])
+        seen_alone = [i for i in wrong if i in set(own_cmp.differing)]
         if not seen_alone:
             funnel.site_unseen += 1
             return None
         shown.append(next((i for i in seen_alone if i not in shown), seen_alone[0]))
-    if not wrong:
-        funnel.unseen += 1
-        return None
     shown = sorted(set(shown or wrong[:1]))
-    distinct = {json.dumps(graded[i].call, sort_keys=True) for i in wrong}
-    if len(distinct) <= len({json.dumps(graded[i].call, sort_keys=True) for i in shown}):
+    if len(_calls(graded, wrong)) <= len(_calls(graded, shown)):
         funnel.thin += 1  # only the calls the report shows go wrong: they could be hard-coded
         return None
     signature = json.dumps(
@@ -617,44 +675,85 @@ def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
 # -- building -------------------------------------------------------------------------------
 
 
-def _results_path(p: rp.Project, per_project: int, tries: int) -> Path:
-    folder = rp.cache_dir() / f"tasks-v{TASKS_VERSION}"
-    return folder / f"{p.cache_key}-{per_project}-{tries}.json"
+def _results_path(p: rp.Project) -> Path:
+    return rp.cache_dir() / f"tasks-v{TASKS_VERSION}" / f"{p.cache_key}.jsonl"
+
+
+def _read_seeds(path: Path) -> list[dict[str, Any]]:
+    """The seeds tried on a project so far, in order. A torn last line (a build killed
+    while writing it) is cut off the file: that seed is tried again."""
+    if not path.is_file():
+        return []
+    out: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            break
+        if not line.endswith("\n") or not isinstance(row, dict) or row.get("seed") != len(out):
+            break
+        out.append(row)
+    if len(out) < len(lines):
+        path.write_text("".join(lines[: len(out)]), encoding="utf-8")
+    return out
 
 
 def build_project(name: str, per_project: int, tries: int) -> Built:
-    """Up to ``per_project`` tasks from seeds 0 to ``tries - 1`` of one project (cached:
-    a build again reads the result)."""
+    """Up to ``per_project`` tasks from seeds 0 to ``tries - 1`` of one project.
+
+    Each seed's outcome is appended to the project's file in the cache as it is known,
+    so a build resumes at the seed where it stopped, and a build asking for more tasks
+    goes on from the seeds an earlier one tried (the same seeds give the same tasks)."""
     p = rp.project(name)
-    path = _results_path(p, per_project, tries)
-    if path.is_file():
-        raw = json.loads(path.read_text())
-        return Built(raw["tasks"], Funnel(**raw["funnel"]))
-    start = time.perf_counter()
+    path = _results_path(p)
+    done = _read_seeds(path)
     built = Built(funnel=Funnel(p.key))
-    runner = rp._runner()
+    seen: set[str] = set()
+    pool: dict[str, set[str]] = {}
+    spent = 0.0
+    runner: TestRunner | None = None
+    data: ProjectData | None = None
     try:
-        data = project_data(name)
-        seen: set[str] = set()
         for seed in range(tries):
             if built.funnel.kept >= per_project:
                 break
             if seed >= EARLY_SEEDS and built.funnel.kept < MIN_YIELD * seed:
                 built.funnel.stopped_early = True  # few of its bugs make tasks: stop trying
                 break
-            task = candidate(data, seed, runner, built.funnel, seen)
+            if seed < len(done):
+                row = done[seed]
+                for reason in row["why"]:
+                    setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
+                task, added, spent = row["task"], row["seen"], spent + row["seconds"]
+            else:
+                if data is None:
+                    runner, data = rp._runner(), project_data(name)
+                began, before, funnel = time.perf_counter(), set(seen), Funnel(p.key)
+                task = candidate(data, seed, runner, funnel, seen, pool)
+                seconds = round(time.perf_counter() - began, 2)
+                why = [k for k, v in funnel.to_json().items() if isinstance(v, int) and v
+                       and not isinstance(v, bool) and k != "tried"] + ["tried"]  # fmt: skip
+                added = sorted(seen - before)
+                row = {"seed": seed, "why": why, "task": task, "seen": added, "seconds": seconds}
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(row, sort_keys=True) + "\n")
+                for reason in why:
+                    setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
+                spent += seconds
+            seen.update(added)
             if task is not None:
                 built.tasks.append(task)
+                if len(task["spec"]["sites"]) == 1:
+                    site = Site.from_json(task["spec"]["sites"][0])
+                    pool.setdefault(task["split"], set()).add(site.key)
     except ConfigError as exc:
-        built.funnel.problem = str(exc)
-        return built  # not cached: a project that failed is tried again
+        built.funnel.problem = str(exc)  # a project that failed is tried again next build
     finally:
-        runner.close()
-        built.funnel.seconds = round(time.perf_counter() - start, 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_suffix(f".{os.getpid()}.part")
-    part.write_text(json.dumps({"tasks": built.tasks, "funnel": built.funnel.to_json()}) + "\n")
-    os.replace(part, path)
+        if runner is not None:
+            runner.close()
+        built.funnel.seconds = round(spent, 1)  # the seeds' compute, cached ones included
     return built
 
 

@@ -27,7 +27,7 @@ from agentgym_envs.redteam.sandbox_data import (
 )
 from agentgym_envs.sandbox import real_projects as rp
 from agentgym_envs.sandbox import real_reports, real_tasks
-from agentgym_envs.sandbox.mutate import MutationKind, Site
+from agentgym_envs.sandbox.mutate import MutationKind, Site, find_sites
 from agentgym_envs.sandbox.repofix_real import RepoFixRealEnv
 from agentgym_envs.sandbox.repofix_tasks import hunk_edits
 from tests.sandbox.support import needs_bwrap, sdist
@@ -218,13 +218,55 @@ def test_the_build_gives_the_same_tasks_again_from_the_pinned_source(
 ) -> None:
     first = tmp_path / "first"
     _build(first)
-    for cached in ("tasks-v1", "probes-v1", "baselines-v3"):  # nothing reused but the archive
-        rp._remove(rp.cache_dir() / cached)
+    cached = rp.cache_dir()
+    folders = [f"tasks-v{real_tasks.TASKS_VERSION}", f"probes-v{real_tasks.PROBES_VERSION}",
+               f"baselines-v{rp.STAGE_VERSION}", f"repos-v{rp.STAGE_VERSION}"]  # fmt: skip
+    for folder in folders:  # nothing reused but the archive
+        assert (cached / folder).is_dir(), folder
+        rp._remove(cached / folder)
     _clear_caches()
     second = tmp_path / "second"
     _build(second)
     for name in ("repofix_real.jsonl.gz", "repofix_real_probes/tally.json.gz"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_tried(
+    tally: Path, tmp_path: Path
+) -> None:
+    """Each seed's outcome is cached as it is known: a build cut off mid-project (a torn
+    last line included) and a build asking for more tasks both give what one whole build
+    gives; several-bug tasks combine bugs that each made a task alone once enough did."""
+    whole = _build(tmp_path / "whole")
+    seeds = real_tasks._results_path(rp.project("tally"))
+    rows = seeds.read_text().splitlines()
+    assert len(rows) == real_tasks.build_project("tally", 6, 18).funnel.tried
+    seeds.write_text("\n".join(rows[: len(rows) // 2]) + "\n" + rows[len(rows) // 2][:25])
+    _clear_caches()
+    assert _build(tmp_path / "resumed") == whole
+    resumed = seeds.read_text().splitlines()
+    for row in (*rows, *resumed):
+        assert row.startswith('{"seconds": ')  # the one field a run again changes
+    assert [r.split(",", 1)[1] for r in resumed] == [r.split(",", 1)[1] for r in rows]
+    rp._remove(seeds.parent)
+    _clear_caches()
+    few = _build(tmp_path / "few", per_project=2)
+    assert few == whole[:2]
+    assert _build(tmp_path / "more") == whole
+    data = real_tasks.project_data("tally")
+    files = real_tasks.package_files("tally")
+    every = sorted(s.key for path in files for s in find_sites(files[path], path))
+    pool = {side: set(every[::2]) for side in ("train", "test")}  # every other site
+    combined = 0
+    for seed in range(40):
+        side, sites = real_tasks.draw(data, seed, pool)
+        if len(sites) > 1:
+            assert {s.key for s in sites} <= pool[side], seed
+            combined += 1
+    assert combined
 
 
 @pytest.mark.sandbox
