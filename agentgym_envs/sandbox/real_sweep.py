@@ -10,12 +10,16 @@ succeed and doing nothing must fail on every task.
 Command line::
 
     python -m agentgym_envs.sandbox.real_sweep [--sample N] [--workers 2] \\
-        --out sweep.json --log sweep.log
+        [--tasks FILE] --out sweep.json --log sweep.log
+
+Each task's row is appended to ``sweep.rows.jsonl`` as it is played, so a sweep cut off
+resumes where it stopped (a row counts only for the task exactly as it was played).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import statistics
@@ -63,23 +67,61 @@ def _play(env: Any, task: Task) -> dict[str, Any]:
     return row
 
 
+def _load(task_file: Path | None) -> list[Task]:
+    if task_file is None:
+        return list(load_task_set(real_tasks.TASK_FILE).tasks)
+    return list(load_task_set(task_file.name, task_file.parent).tasks)
+
+
+def task_digest(task: Task) -> str:
+    """What a row is valid for: the task as built (a rebuilt task is played again)."""
+    return hashlib.sha256(json.dumps(task.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def sweep(
-    task_ids: Sequence[str], log: Callable[[str], None] | None = None
+    task_ids: Sequence[str],
+    log: Callable[[str], None] | None = None,
+    task_file: Path | None = None,
+    rows_file: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Play each task as the module docstring says, in one env; a row per task."""
+    """Play each task as the module docstring says, in one env; a row per task, also
+    appended to ``rows_file`` as it is known (several processes may append to it)."""
     from agentgym_envs.sandbox.repofix_real import RepoFixRealEnv
 
-    tasks = {t.id: t for t in load_task_set(real_tasks.TASK_FILE).tasks}
-    env = RepoFixRealEnv()
+    tasks = {t.id: t for t in _load(task_file)}
+    probes_dir = None if task_file is None else task_file.parent / Path(real_tasks.PROBES_AT).name
+    env = RepoFixRealEnv(tasks=list(tasks.values()), probes_dir=probes_dir)
     rows = []
     try:
         for i, task_id in enumerate(task_ids, start=1):
-            rows.append(_play(env, tasks[task_id]))
+            row = _play(env, tasks[task_id])
+            row["digest"] = task_digest(tasks[task_id])
+            rows.append(row)
+            if rows_file is not None:
+                with rows_file.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(row, sort_keys=True) + "\n")  # one write: whole lines
             if log is not None and (i % 25 == 0 or i == len(task_ids)):
                 log(f"{i}/{len(task_ids)} played")
     finally:
         env.close()
     return rows
+
+
+def played(rows_file: Path, tasks: Sequence[Task]) -> dict[str, dict[str, Any]]:
+    """The rows of ``rows_file`` that are still valid for ``tasks``, by task id (a torn
+    line, or a row of a task since rebuilt, is played again)."""
+    if not rows_file.is_file():
+        return {}
+    digests = {t.id: task_digest(t) for t in tasks}
+    out = {}
+    for line in rows_file.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and digests.get(str(row.get("task"))) == row.get("digest"):
+            out[row["task"]] = row
+    return out
 
 
 def sample(tasks: Sequence[Task], count: int | None) -> list[str]:
@@ -139,21 +181,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True, help="the rows and summary (JSON)")
     parser.add_argument("--log", type=Path, default=None, help="also append progress here")
+    parser.add_argument(
+        "--tasks", type=Path, default=None,
+        help="a task file built with --out (default: the shipped one); its probes beside it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rows", type=Path, default=None,
+        help="each task's row is appended here as it is played, and a sweep again skips "
+        "the tasks it holds rows for (default: OUT with .rows.jsonl)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.workers < 1 or (args.sample is not None and args.sample < 1):
         parser.error("--workers and --sample must be at least 1")
-    chosen = sample(load_task_set(real_tasks.TASK_FILE).tasks, args.sample)
-    rows: list[dict[str, Any]] = []
+    tasks = _load(args.tasks)
+    chosen = sample(tasks, args.sample)
+    rows_file = args.rows or args.out.with_suffix(".rows.jsonl")
+    done = played(rows_file, tasks)
+    if rows_file.is_file():  # drop torn and stale lines before appending
+        rows_file.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in done.values()))
+    rows = [done[t] for t in chosen if t in done]
+    todo = [t for t in chosen if t not in done]
     start = time.perf_counter()
     with ProgressLog(args.log, echo=True) as progress:
-        progress.line(f"sweeping {len(chosen)} tasks with {args.workers} workers")
+        progress.line(
+            f"sweeping {len(chosen)} tasks with {args.workers} workers "
+            f"({len(rows)} played before, rows in {rows_file})"
+        )
         # chunks of 20 tasks, so a line shows progress as each finishes
-        chunks = [chosen[i : i + 20] for i in range(0, len(chosen), 20)]
+        chunks = [todo[i : i + 20] for i in range(0, len(todo), 20)]
         if args.workers == 1:
-            rows = sweep(chosen, progress.line)
+            rows.extend(sweep(todo, progress.line, args.tasks, rows_file))
         else:
             with ProcessPoolExecutor(args.workers) as pool:
-                futures = [pool.submit(sweep, chunk) for chunk in chunks]
+                futures = [pool.submit(sweep, c, None, args.tasks, rows_file) for c in chunks]
                 for future in as_completed(futures):
                     rows.extend(future.result())
                     progress.line(f"{len(rows)}/{len(chosen)} played")

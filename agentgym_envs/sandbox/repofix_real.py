@@ -14,7 +14,7 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.core.step_checks import GENERIC_SPECS, StepCheck, StepCheckSpec, StepFacts
 from agentgym_envs.core.tasks import Task
-from agentgym_envs.sandbox import probes, real_projects, real_tasks
+from agentgym_envs.sandbox import probes, real_build, real_projects, real_tasks
 from agentgym_envs.sandbox.repofix import VERIFY_TIMEOUT_S, Progress, RepoFixEnv
 from agentgym_envs.sandbox.verify import TestRun
 from agentgym_envs.sandbox.workspace import AST_LOCK, Changes, apply_changes
@@ -87,7 +87,7 @@ class RepoFixRealEnv(RepoFixEnv):
 
     Args:
         probes_dir: the folder of the graded probes of a task set built elsewhere
-            (``real_tasks.build(out=...)`` writes it next to the task file; pass that
+            (``real_build.build(out=...)`` writes it next to the task file; pass that
             task set as ``tasks``); default: those shipped with the package's task set.
         **kwargs: as ``RepoFix``.
     """
@@ -203,8 +203,8 @@ class RepoFixRealEnv(RepoFixEnv):
     @classmethod
     def build_tasks(cls, out_root: Path, workers: int, log: Callable[[str], None]) -> int:
         """``agentgym tasks build RepoFixReal``: every pinned project's tasks
-        (:func:`real_tasks.build`), written under ``out_root``; the number written."""
-        count, funnels = real_tasks.build(workers=workers, out=out_root / cls.task_file, log=log)
+        (:func:`real_build.build`), written under ``out_root``; the number written."""
+        count, funnels = real_build.build(workers=workers, out=out_root / cls.task_file, log=log)
         failed = [f"{f.project}: {f.problem}" for f in funnels if f.problem]
         if failed:
             raise ConfigError("some projects gave no tasks: " + "; ".join(failed))

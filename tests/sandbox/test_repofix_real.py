@@ -25,8 +25,8 @@ from agentgym_envs.redteam.sandbox_data import (
     FORGE_RESULTS,
     RAISE_ALL,
 )
+from agentgym_envs.sandbox import real_build, real_reports, real_sweep, real_tasks
 from agentgym_envs.sandbox import real_projects as rp
-from agentgym_envs.sandbox import real_reports, real_tasks
 from agentgym_envs.sandbox.mutate import MutationKind, Site, find_sites
 from agentgym_envs.sandbox.repofix_real import RepoFixRealEnv
 from agentgym_envs.sandbox.repofix_tasks import hunk_edits
@@ -164,7 +164,7 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str
 
 
 def _build(out: Path, per_project: int = 6) -> list[Task]:
-    count, funnels = real_tasks.build(
+    count, funnels = real_build.build(
         ["tally"], per_project=per_project, out=out / "repofix_real.jsonl.gz", log=lambda _: None
     )
     assert not funnels[0].problem, funnels[0].problem
@@ -241,9 +241,9 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
     last line included) and a build asking for more tasks both give what one whole build
     gives; several-bug tasks combine bugs that each made a task alone once enough did."""
     whole = _build(tmp_path / "whole")
-    seeds = real_tasks._results_path(rp.project("tally"))
+    seeds = real_build._results_path(rp.project("tally"))
     rows = seeds.read_text().splitlines()
-    assert len(rows) == real_tasks.build_project("tally", 6, 18).funnel.tried
+    assert len(rows) == real_build.build_project("tally", 6, 18).funnel.tried
     seeds.write_text("\n".join(rows[: len(rows) // 2]) + "\n" + rows[len(rows) // 2][:25])
     _clear_caches()
     assert _build(tmp_path / "resumed") == whole
@@ -267,6 +267,33 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
             assert {s.key for s in sites} <= pool[side], seed
             combined += 1
     assert combined
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_sweep_plays_a_built_task_file_and_resumes_where_it_stopped(
+    tally: Path, tmp_path: Path
+) -> None:
+    tasks = _build(tmp_path / "out", per_project=3)
+    task_file, out = tmp_path / "out" / "repofix_real.jsonl.gz", tmp_path / "sweep.json"
+    argv = ["--tasks", str(task_file), "--out", str(out), "--log", str(tmp_path / "sweep.log")]
+    assert real_sweep.main(argv) == 0
+    result = json.loads(out.read_text())
+    overall = result["summary"]["overall"]
+    assert overall == {"tasks": len(tasks), "oracle_success": 1.0, "noop_success": 0.0}
+    rows_file = out.with_suffix(".rows.jsonl")
+    rows = rows_file.read_text().splitlines()
+    assert len(rows) == len(tasks)
+    rows_file.write_text(rows[0] + "\n" + rows[1][:30])  # cut off mid-row
+    assert real_sweep.main(argv) == 0
+    assert "(1 played before" in (tmp_path / "sweep.log").read_text()
+    again = json.loads(out.read_text())
+    assert [r["task"] for r in again["rows"]] == [r["task"] for r in result["rows"]]
+    assert again["summary"]["overall"] == overall
+    assert [json.loads(r)["task"] for r in rows_file.read_text().splitlines()] == [
+        json.loads(r)["task"] for r in rows
+    ]
 
 
 @pytest.mark.sandbox
@@ -520,7 +547,7 @@ def test_a_shipped_project_builds_again_to_its_shipped_tasks(
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
     _clear_caches()
     header = load_task_set(real_tasks.TASK_FILE).header
-    real_tasks.build(
+    real_build.build(
         ["inflection"], per_project=header["per_project"], out=tmp_path / "repofix_real.jsonl.gz",
         log=lambda _: None,
     )  # fmt: skip

@@ -1,0 +1,205 @@
+"""The build of RepoFixReal's task set: every pinned project's seeds tried in turn
+(:func:`real_tasks.candidate`), each seed's outcome cached as soon as it is known, the
+task file and the graded probes written (the pipeline: :mod:`real_tasks`).
+
+Command line (``python -m agentgym_envs.sandbox.real_tasks build`` is the same)::
+
+    python -m agentgym_envs.sandbox.real_build build [NAME ...] --per-project 150 \\
+        --workers 2 --log build.log --funnel funnel.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.tasks import Task, tasks_root, write_task_set
+from agentgym_envs.sandbox import real_projects as rp
+from agentgym_envs.sandbox.mutate import Site
+from agentgym_envs.sandbox.real_tasks import (
+    EARLY_SEEDS,
+    MIN_YIELD,
+    PER_PROJECT,
+    PROBES_AT,
+    TASK_FILE,
+    TASKS_VERSION,
+    TRIES_PER_TASK,
+    Funnel,
+    ProjectData,
+    candidate,
+    project_data,
+    write_graded,
+)
+from agentgym_envs.sandbox.verify import TestRunner
+
+
+@dataclass
+class Built:
+    """One project's build: its tasks (as JSON) and funnel."""
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    funnel: Funnel = field(default_factory=lambda: Funnel(""))
+
+
+def _results_path(p: rp.Project) -> Path:
+    return rp.cache_dir() / f"tasks-v{TASKS_VERSION}" / f"{p.cache_key}.jsonl"
+
+
+def _read_seeds(path: Path) -> list[dict[str, Any]]:
+    """The seeds tried on a project so far, in order. A torn last line (a build killed
+    while writing it) is cut off the file: that seed is tried again."""
+    if not path.is_file():
+        return []
+    out: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            break
+        if not line.endswith("\n") or not isinstance(row, dict) or row.get("seed") != len(out):
+            break
+        out.append(row)
+    if len(out) < len(lines):
+        path.write_text("".join(lines[: len(out)]), encoding="utf-8")
+    return out
+
+
+def build_project(name: str, per_project: int, tries: int) -> Built:
+    """Up to ``per_project`` tasks from seeds 0 to ``tries - 1`` of one project.
+
+    Each seed's outcome is appended to the project's file in the cache as it is known,
+    so a build resumes at the seed where it stopped, and a build asking for more tasks
+    goes on from the seeds an earlier one tried (the same seeds give the same tasks)."""
+    p = rp.project(name)
+    path = _results_path(p)
+    done = _read_seeds(path)
+    built = Built(funnel=Funnel(p.key))
+    seen: set[str] = set()
+    pool: dict[str, set[str]] = {}
+    spent = 0.0
+    runner: TestRunner | None = None
+    data: ProjectData | None = None
+    try:
+        for seed in range(tries):
+            if built.funnel.kept >= per_project:
+                break
+            if seed >= EARLY_SEEDS and built.funnel.kept < MIN_YIELD * seed:
+                built.funnel.stopped_early = True  # few of its bugs make tasks: stop trying
+                break
+            if seed < len(done):
+                row = done[seed]
+                for reason in row["why"]:
+                    setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
+                task, added, spent = row["task"], row["seen"], spent + row["seconds"]
+            else:
+                if data is None:
+                    runner, data = rp._runner(), project_data(name)
+                began, before, funnel = time.perf_counter(), set(seen), Funnel(p.key)
+                task = candidate(data, seed, runner, funnel, seen, pool)
+                seconds = round(time.perf_counter() - began, 2)
+                why = [k for k, v in funnel.to_json().items() if isinstance(v, int) and v
+                       and not isinstance(v, bool) and k != "tried"] + ["tried"]  # fmt: skip
+                added = sorted(seen - before)
+                row = {"seed": seed, "why": why, "task": task, "seen": added, "seconds": seconds}
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(row, sort_keys=True) + "\n")
+                for reason in why:
+                    setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
+                spent += seconds
+            seen.update(added)
+            if task is not None:
+                built.tasks.append(task)
+                if len(task["spec"]["sites"]) == 1:
+                    site = Site.from_json(task["spec"]["sites"][0])
+                    pool.setdefault(task["split"], set()).add(site.key)
+    except ConfigError as exc:
+        built.funnel.problem = str(exc)  # a project that failed is tried again next build
+    finally:
+        if runner is not None:
+            runner.close()
+        built.funnel.seconds = round(spent, 1)  # the seeds' compute, cached ones included
+    return built
+
+
+def build(
+    names: Sequence[str] | None = None,
+    *,
+    per_project: int = PER_PROJECT,
+    workers: int = 1,
+    out: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[int, list[Funnel]]:
+    """Build the task set of the named projects (default: every pinned project), write
+    it (``out``, default the tasks root's :data:`TASK_FILE`) and return the number of
+    tasks and the funnels. One progress line per project goes to ``log``."""
+    projects = [p.name for p in rp.load_projects()] if not names else list(names)
+    tries = per_project * TRIES_PER_TASK
+    results: dict[str, Built] = {}
+    start = time.perf_counter()
+
+    def done(name: str, built: Built) -> None:
+        results[name] = built
+        f = built.funnel
+        why = f" ({f.problem[:200]})" if f.problem else ""
+        log(
+            f"[{len(results)}/{len(projects)}] {name}: {f.kept} tasks of {f.tried} seeds "
+            f"({f.seconds:.0f} s){why}; {time.perf_counter() - start:.0f} s in all"
+        )
+
+    if workers <= 1:
+        for name in projects:
+            done(name, build_project(name, per_project, tries))
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            futures = {pool.submit(build_project, n, per_project, tries): n for n in projects}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    tasks = [Task.from_json(t) for n in projects for t in results[n].tasks]
+    header = {"generator": "real_build.build", "per_project": per_project, "tries": tries}
+    target = out or tasks_root() / TASK_FILE
+    written = write_task_set(target, "RepoFixReal", header, tasks)
+    probes_folder = target.parent / Path(PROBES_AT).name
+    for name in projects:
+        named = {t for task in results[name].tasks for t in _graded_tests(task["spec"])}
+        if named:
+            write_graded(project_data(name), named, probes_folder)
+    return written, [results[n].funnel for n in projects]
+
+
+def _graded_tests(spec: Mapping[str, Any]) -> list[str]:
+    return [*spec["fail_to_pass"], *spec["pass_to_pass"]]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agentgym_envs.sandbox.real_tasks build [NAME ...]`` (module docstring)."""
+    from agentgym_envs.console import ProgressLog
+
+    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.sandbox.real_tasks")
+    parser.add_argument("command", choices=["build"])
+    parser.add_argument("names", nargs="*", help="pinned projects (default: all)")
+    parser.add_argument("--per-project", type=int, default=PER_PROJECT)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="task file (default: tasks root)")
+    parser.add_argument("--funnel", type=Path, default=None, help="write the funnels here")
+    parser.add_argument("--log", type=Path, default=None, help="progress log file")
+    args = parser.parse_args(argv)
+    if args.per_project < 1 or args.workers < 1:
+        parser.error("--per-project and --workers must be at least 1")
+    with ProgressLog(args.log, echo=True) as progress:
+        count, funnels = build(
+            args.names, per_project=args.per_project, workers=args.workers, out=args.out,
+            log=progress.line,
+        )  # fmt: skip
+        progress.line(f"{count} tasks -> {args.out or tasks_root() / TASK_FILE}")
+    if args.funnel is not None:
+        args.funnel.write_text(json.dumps([f.to_json() for f in funnels], indent=1) + "\n")
+    return 0 if all(not f.problem for f in funnels) else 1
