@@ -76,7 +76,7 @@ from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
 PROBES_VERSION = 1  # of the probe files in the cache
-TASKS_VERSION = 4  # of the per-project task results in the cache (the builder's rules)
+TASKS_VERSION = 5  # of the per-project task results in the cache (the builder's rules)
 CALLS_PER_TEST = 40
 MAX_EXPECTED_CHARS = 20_000  # a probe whose expectation is larger is left out
 OTHERS = 10  # stable tests that do not reach the bug, run with each candidate
@@ -236,7 +236,13 @@ def project_data(name: str) -> ProjectData:
     if base.problem:
         raise ConfigError(f"{p.key} has no usable baseline: {base.problem}")
     data = stored_probes(p)
-    probes = tuple(probe_mod.Probe(q["test"], q["call"], q["expected"]) for q in data["probes"])
+    stable = set(base.stable)  # the probes may predate a test's leaving it (param_drift)
+    probes = tuple(
+        probe_mod.Probe(q["test"], q["call"], q["expected"])
+        for q in data["probes"]
+        if q["test"] in stable
+    )
+    covered = {k: tuple(t for t in v if t in stable) for k, v in data["covered"].items()}
     return ProjectData(
         project=p,
         repo=repo,
@@ -245,7 +251,7 @@ def project_data(name: str) -> ProjectData:
         probes=probes,
         stable=tuple(base.stable),
         seconds=max(base.seconds),
-        covered={k: tuple(v) for k, v in data["covered"].items()},
+        covered={k: v for k, v in covered.items() if v},
     )
 
 
@@ -454,7 +460,15 @@ def candidate(
     reaching = data.probes_of(reached)
     observed_all = _observe(data, runner, changed, reaching, timeout_s)
     first = probe_mod.compare(reaching, observed_all)
-    if isinstance(observed_all, str) or first.problem is not None or not first.differing:
+    if isinstance(observed_all, str):
+        if "timed out" in observed_all:
+            funnel.hung += 1
+        elif "does not import" in observed_all:
+            funnel.broke_suite += 1
+        else:
+            funnel.unseen += 1
+        return None
+    if first.problem is not None or not first.differing:
         funnel.unseen += 1  # no call goes wrong: no verdict by data could tell the bug
         return None
     if len(_calls(reaching, first.differing)) <= 1:
@@ -478,7 +492,7 @@ def candidate(
         shutil.copytree(data.repo, work, ignore=ignore_paths(data.repo, ("SOURCE.json",)))
         for relative, text in changed.items():
             (work / relative).write_text(text, encoding="utf-8")
-        run = runner.run(work, test_files([*reached, *others]), timeout_s=timeout_s)
+        run = runner.run(work, test_selection([*reached, *others]), timeout_s=timeout_s)
     if run.result.timed_out or run.result.killed in ("timeout", "cpu"):
         funnel.hung += 1
         return None
@@ -561,9 +575,16 @@ def candidate(
     ).to_json()
 
 
-def test_files(tests: Sequence[str]) -> list[str]:
-    """The files that hold ``tests`` (node ids): pytest runs them whole, since hundreds of
-    node ids on its command line cost it minutes, and their outcomes are read by id."""
+NODE_IDS_MAX = 100  # a run of more tests names their files instead
+
+
+def test_selection(tests: Sequence[str]) -> list[str]:
+    """What a pytest run of ``tests`` (node ids) is given: the node ids themselves, or,
+    for more than :data:`NODE_IDS_MAX`, the files that hold them (hundreds of node ids on
+    its command line cost pytest minutes). Outcomes are read by id either way."""
+    tests = sorted(set(tests))
+    if len(tests) <= NODE_IDS_MAX:
+        return tests
     return sorted({t.split("::")[0] for t in tests})
 
 

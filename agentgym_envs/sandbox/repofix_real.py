@@ -176,7 +176,7 @@ class RepoFixRealEnv(RepoFixEnv):
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(source, target)
-            files = real_tasks.test_files([*spec["fail_to_pass"], *spec["pass_to_pass"]])
+            files = real_tasks.test_selection([*spec["fail_to_pass"], *spec["pass_to_pass"]])
             run = self.runner.run(scratch, ["--", *files], timeout_s=VERIFY_TIMEOUT_S)
         finally:
             remove_tree(scratch)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import types
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import pytest
 
 _RESULTS: dict[str, Any] = {"tests": {}, "collect_errors": [], "exitstatus": None}
+_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _WATCHED = (
     "pytest", "_pytest.reports", "_pytest.runner", "_pytest.main", "_pytest.python",
@@ -170,6 +172,21 @@ def pytest_collection(session: Any) -> None:
 def pytest_collection_finish(session: Any) -> None:
     _GUARD.record(session.items)
     _GUARD.check_registry()
+    if _getenv("AGENTGYM_PARAMS"):  # asked by a baseline: what each node id stands for
+        _RESULTS["params"] = {item.nodeid: _params(item) for item in session.items}
+
+
+def _params(item: Any) -> str:
+    """A parametrised test's parameters as text (object addresses left out: they differ
+    from run to run while the object does not); "" for a plain test."""
+    spec = getattr(item, "callspec", None)
+    if spec is None:
+        return ""
+    try:
+        text = repr(sorted(spec.params.items()))
+    except Exception as exc:  # a parameter whose repr fails
+        text = f"<unrepresentable: {type(exc).__name__}>"
+    return _ADDRESS.sub("", text)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

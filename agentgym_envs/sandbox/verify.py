@@ -74,6 +74,8 @@ class TestRun:
     result: ExecResult
     problems: tuple[str, ...] = field(default=())
     tampered: tuple[str, ...] = field(default=())  # what the results plugin saw changed
+    # node id -> its parameters as text, when the run was asked for them (AGENTGYM_PARAMS)
+    params: dict[str, str] = field(default_factory=dict)
 
     def passed(self, test: str) -> bool:
         return self.outcomes.get(test) == "passed"
@@ -432,7 +434,14 @@ def _parse(
         result=result,
         problems=tuple(problems),
         tampered=tuple(tampered),
+        params=_params(data.get("params")),
     )
+
+
+def _params(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, str)}
 
 
 def grade(

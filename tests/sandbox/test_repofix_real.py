@@ -145,14 +145,16 @@ def tally_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> Any:
-    archive = tmp_path / "files" / "tally-1.0.tar.gz"
+    folder = next(iter(files)).split("/")[0]  # name-version
+    name, version = folder.rsplit("-", 1)
+    archive = tmp_path / "files" / f"{folder}.tar.gz"
     archive.parent.mkdir()
     archive.write_bytes(sdist(files))
-    page = tmp_path / "index" / "tally" / "index.html"
+    page = tmp_path / "index" / name / "index.html"
     page.parent.mkdir(parents=True)
-    page.write_text('<a href="../../files/tally-1.0.tar.gz">tally-1.0.tar.gz</a>\n')
+    page.write_text(f'<a href="../../files/{folder}.tar.gz">{folder}.tar.gz</a>\n')
     pins = tmp_path / "pins.jsonl"
-    line = {"name": "tally", "version": "1.0", "license": "MIT",
+    line = {"name": name, "version": version, "license": "MIT",
             "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}  # fmt: skip
     pins.write_text(json.dumps(line) + "\n")
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index").as_uri())
@@ -267,6 +269,45 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
             assert {s.key for s in sites} <= pool[side], seed
             combined += 1
     assert combined
+
+
+LOOP = {  # a test that counts down with the package's step until it reaches 0
+    "loop-1.0/loop/__init__.py": (
+        "def step(i):\n    return i - 1\n\n\ndef twice(x):\n    return x * 2\n"
+    ),
+    "loop-1.0/tests/test_loop.py": (
+        "from loop import step, twice\n\n"
+        "def test_count_down():\n    i = 3\n    while i != 0:\n        i = step(i)\n"
+        "    assert i == 0\n\n"
+        "def test_twice():\n    assert twice(2) == 4\n"
+    ),
+    "loop-1.0/LICENSE": "MIT\n",
+}
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_bug_whose_tests_never_end_is_counted_hung_within_its_time_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in ``step`` makes the count-down loop forever: each of its calls replays
+    fine (one call each), so the test run finds it, cut at 3 times the pristine suite's
+    time plus 10 s, not at the 120 s cap."""
+    served = _serve(tmp_path, monkeypatch, LOOP)
+    next(served)
+    data = real_tasks.project_data("loop")
+    seed = next(
+        s for s in range(100) if {x.function for x in real_tasks.draw(data, s)[1]} == {"step"}
+    )
+    funnel, runner = real_tasks.Funnel("loop"), rp._runner()
+    try:
+        assert real_tasks.candidate(data, seed, runner, funnel, set()) is None
+    finally:
+        runner.close()
+    assert funnel.hung == funnel.tried == 1
+    assert data.seconds * 3 + 10 < rp.BASELINE_TIMEOUT_S
+    next(served, None)
 
 
 @pytest.mark.sandbox
