@@ -39,6 +39,14 @@ class MutationKind(StrEnum):
     REMOVED_RETURN = "removed_return"  # final `return x` -> `return None`; early return deleted
     WRONG_CONSTANT = "wrong_constant"  # int n -> n - 1 when n > 1, else n + 1
     INVERTED_CONDITION = "inverted_condition"  # if/while/ternary condition c -> not c
+    # two adjacent one-line statements that share a name trade places
+    SWAPPED_STATEMENTS = "swapped_statements"
+    CHANGED_CALL = "changed_call"  # min <-> max, startswith <-> endswith, lower <-> upper...
+
+
+# the kinds RepoFix's fixture tasks are drawn from (sample_sites' default): a new kind would
+# change which sites every seed draws
+CLASSIC_KINDS = tuple(MutationKind)[:8]
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,21 @@ _EXPLAIN = {  # by detail, else by kind; {0} is the code before, {1} after
     "swapped_arguments": "the call `{0}` became `{1}`, so two arguments arrive swapped",
     "wrong_constant": "the line `{0}` became `{1}`, so a number used there is off by one",
     "inverted_condition": "the condition `{0}` became `{1}`, so the other branch runs",
+    "swapped_statements": "the statements `{0}` now run in the order `{1}`, so one of them "
+    "sees a value too early or too late",
+    "changed_call": "the call `{0}` became `{1}`, so a related but different function runs",
 }
+# a function or method and the near miss it becomes (symmetric: a mutant's fix is a mutant)
+_NEAR_MISS = dict(
+    pair
+    for a, b in [
+        ("min", "max"), ("any", "all"), ("startswith", "endswith"), ("lower", "upper"),
+        ("lstrip", "rstrip"), ("find", "rfind"), ("floor", "ceil"), ("isupper", "islower"),
+        ("partition", "rpartition"), ("issubset", "issuperset"), ("ljust", "rjust"),
+    ]
+    for pair in ((a, b), (b, a))
+)  # fmt: skip
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)
 
 
 class _Text:
@@ -304,6 +326,7 @@ class _Finder:
         elif isinstance(node, ast.Call):
             self._range(node)
             self._swap(node)
+            self._near_miss(node)
         elif isinstance(node, ast.If):
             self._branch(node)
         elif isinstance(node, ast.Return):
@@ -315,6 +338,53 @@ class _Finder:
             self._add(MutationKind.WRONG_CONSTANT, [edit], f"{value} -> {wrong}", None)
         if isinstance(node, (ast.If, ast.While, ast.IfExp)):
             self._invert(node)
+        if isinstance(node, _SIMPLE):
+            self._reorder(node, block)
+
+    def _near_miss(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id not in self.arity:  # a builtin, not shadowed
+            name, (start, end) = func.id, self.text.span(func)
+        elif isinstance(func, ast.Attribute):
+            name, end = func.attr, self.text.span(func)[1]
+            start = end - len(name)
+        else:
+            return
+        other = _NEAR_MISS.get(name)
+        if other is None or self.text.source[start:end] != name:
+            return
+        self._add(MutationKind.CHANGED_CALL, [(start, end, other)], f"{name} -> {other}", node)
+
+    def _reorder(self, node: ast.stmt, block: list[ast.stmt]) -> None:
+        """``node`` and the statement after it trade places, when both are one-line simple
+        statements on lines of their own and one writes a name the other reads or writes
+        (so the order matters)."""
+        at = next((i for i, s in enumerate(block) if s is node), -1)
+        if at < 0 or at + 1 >= len(block) or not isinstance(block[at + 1], _SIMPLE):
+            return
+        first, second = node, block[at + 1]
+        if isinstance(first, ast.Expr) and not isinstance(first.value, ast.Call):
+            return  # a docstring or a bare name
+        if isinstance(second, ast.Expr) and not isinstance(second.value, ast.Call):
+            return
+        if first.lineno != first.end_lineno or second.lineno != first.lineno + 1:
+            return
+        if second.end_lineno != second.lineno:
+            return
+        text = self.text
+        start, middle = text.line_start(first.lineno), text.line_start(second.lineno)
+        end = text.line_start(second.lineno + 1)
+        one, two = text.source[start:middle], text.source[middle:end]
+        lines_own = (
+            text.seg(first).strip() == one.strip() and text.seg(second).strip() == two.strip()
+        )
+        if not lines_own or not two.endswith("\n") or one.strip() == two.strip():
+            return
+        writes_a, reads_a = _names(first)
+        writes_b, reads_b = _names(second)
+        if writes_a & (reads_b | writes_b) or writes_b & reads_a:
+            detail = f"lines {first.lineno} and {second.lineno} swapped"
+            self._add(MutationKind.SWAPPED_STATEMENTS, [(start, end, two + one)], detail, None)
 
     def _operator(self, node: ast.BinOp | ast.AugAssign) -> None:
         flip = _FLIP.get(type(node.op))
@@ -425,6 +495,22 @@ class _Finder:
             detail = f"{word} {was} -> {word} {now}"
         quote = node if isinstance(node, ast.IfExp) else test
         self._add(MutationKind.INVERTED_CONDITION, [(start, end, new)], detail, quote)
+
+
+def _names(stmt: ast.stmt) -> tuple[set[str], set[str]]:
+    """The names and attributes (``self.x``) a statement writes, and those it reads (a
+    call's receiver counts as written too: ``items.append(x)`` changes ``items``)."""
+    writes: set[str] = set()
+    reads: set[str] = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            name = ast.unparse(node)
+            (writes if isinstance(node.ctx, ast.Store) else reads).add(name)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            writes.add(ast.unparse(node.func.value))
+    if isinstance(stmt, ast.AugAssign):
+        reads.add(ast.unparse(stmt.target))
+    return writes, reads
 
 
 def _snippet(code: str, limit: int = 90) -> str:
@@ -577,7 +663,7 @@ def sample_sites(
         files: Source text by path; only paths ending in ``.py`` are used.
         k: How many sites to draw.
         seed: Seed of the ``random.Random`` that draws them.
-        kinds: Allowed kinds; all of them when None.
+        kinds: Allowed kinds; :data:`CLASSIC_KINDS` when None.
         where: Only sites it accepts are drawn (all when None).
 
     Returns:
@@ -589,7 +675,7 @@ def sample_sites(
     """
     if k < 0:
         raise ArgumentError(f"k must be >= 0 (the number of sites to draw), got {k}")
-    allowed = list(MutationKind) if kinds is None else [MutationKind(kind) for kind in kinds]
+    allowed = list(CLASSIC_KINDS) if kinds is None else [MutationKind(kind) for kind in kinds]
     paths = sorted(p for p in files if p.endswith(".py"))
     pool = [
         c
@@ -625,6 +711,8 @@ _SYMPTOMS = {  # what a user would notice; it never says where the bug is or how
     "removed_return": "seems to return None or carry on where it should stop with a result",
     "wrong_constant": "seems to use a number that is off by one somewhere",
     "inverted_condition": "seems to do the opposite of what it should in some cases",
+    "swapped_statements": "seems to use a value before it is ready, or to overwrite it",
+    "changed_call": "seems to look at the wrong end or the wrong extreme of something",
 }
 _VAGUE = (
     "Some results from `{f}` look wrong for edge cases.",

@@ -76,11 +76,12 @@ from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
 PROBES_VERSION = 1  # of the probe files in the cache
-TASKS_VERSION = 5  # of the per-project task results in the cache (the builder's rules)
+TASKS_VERSION = 6  # of the per-project task results in the cache (the builder's rules)
 CALLS_PER_TEST = 40
 MAX_EXPECTED_CHARS = 20_000  # a probe whose expectation is larger is left out
 OTHERS = 10  # stable tests that do not reach the bug, run with each candidate
 SITE_COUNTS = (1, 1, 1, 2, 2, 3)  # sites per task, drawn by seed
+KINDS = tuple(MutationKind)  # every kind (the fixture tasks keep to the classic eight)
 TEST_SHARE = 5  # one function in 5 is a test-split function (by hash)
 PER_PROJECT = 150
 TRIES_PER_TASK = 3  # seeds tried per task wanted, at most
@@ -396,10 +397,10 @@ def draw(
     files = package_files(data.project.name)
     try:
         if count > 1 and len(kept) >= 2 * count:
-            sites = sample_sites(files, count, seed, where=lambda s: s.key in kept)
+            sites = sample_sites(files, count, seed, KINDS, where=lambda s: s.key in kept)
             if len(sites) == count:
                 return side, sites
-        sites = sample_sites(files, count, seed, where=allowed)
+        sites = sample_sites(files, count, seed, KINDS, where=allowed)
     except MutationError:
         return side, []
     return side, sites if len(sites) == count else []

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentgym_envs.sandbox.mutate import (
+    CLASSIC_KINDS,
     MutationKind,
     Site,
     apply,
@@ -153,7 +154,7 @@ def test_sites_are_ordered_and_indexed_per_kind() -> None:
         )
     assert len({s.key for s in sites}) == len(sites)
     assert sites[0].key.startswith("shapes/core.py:area:")
-    assert {s.kind for s in sites} == set(K)
+    assert {s.kind for s in sites} == set(CLASSIC_KINDS)  # SAMPLE has none of the others
 
 
 def test_qualified_function_names_for_methods_and_nested_functions() -> None:
@@ -483,3 +484,45 @@ def test_most_mutations_of_clamp_break_its_test() -> None:
     # `x < lo` -> `x <= lo` (and `>` likewise) return the same value at the bound: equivalent.
     assert {s.detail for s in survivors} <= {"< -> <=", "> -> >="}
     assert len(survivors) <= len(sites) // 4
+
+
+# -- the kinds real projects add ------------------------------------------------------------
+
+ORDERED = """\
+def norm(words, sep):
+    out = []
+    total = 0
+    total += len(words)
+    out.append(sep)
+    label = "x"
+    count = 1
+    return max(total, 1), out, label.upper(), count
+
+
+def shadow(values):
+    return min(values)
+
+
+def min(values):
+    return values[0]
+"""
+
+
+def test_statements_trade_places_only_where_their_order_matters() -> None:
+    sites = [s for s in find_sites(ORDERED, "o.py") if s.kind is K.SWAPPED_STATEMENTS]
+    # total = 0 / total += ...: the second reads what the first wrote; out = [] and
+    # total = 0 share nothing, nor do label and count: not offered
+    assert [s.detail for s in sites] == ["lines 3 and 4 swapped"]
+    mutated = apply(ORDERED, sites[0]).mutated.splitlines()
+    assert mutated[2:4] == ["    total += len(words)", "    total = 0"]
+
+
+def test_a_call_becomes_its_near_miss_unless_the_name_is_the_modules_own() -> None:
+    sites = [s for s in find_sites(ORDERED, "o.py") if s.kind is K.CHANGED_CALL]
+    assert [(s.function, s.detail) for s in sites] == [
+        ("norm", "max -> min"),
+        ("norm", "upper -> lower"),
+    ]  # shadow's min() is this module's function: not a builtin to swap
+    assert "label.lower()" in apply(ORDERED, sites[1]).mutated
+    assert all(s.kind in CLASSIC_KINDS for seed in range(20)
+               for s in sample_sites({"o.py": ORDERED}, 2, seed))  # fmt: skip
