@@ -2,7 +2,7 @@
 (:func:`real_tasks.candidate`), each seed's outcome cached as soon as it is known, the
 task file and the graded probes written (the pipeline: :mod:`real_tasks`).
 
-Command line (``python -m agentgym_envs.sandbox.real_tasks build`` is the same)::
+Command line::
 
     python -m agentgym_envs.sandbox.real_build build [NAME ...] --per-project 150 \\
         --workers 2 --log build.log --funnel funnel.json
@@ -180,10 +180,10 @@ def _graded_tests(spec: Mapping[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agentgym_envs.sandbox.real_tasks build [NAME ...]`` (module docstring)."""
+    """``python -m agentgym_envs.sandbox.real_build build [NAME ...]`` (module docstring)."""
     from agentgym_envs.console import ProgressLog
 
-    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.sandbox.real_tasks")
+    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.sandbox.real_build")
     parser.add_argument("command", choices=["build"])
     parser.add_argument("names", nargs="*", help="pinned projects (default: all)")
     parser.add_argument("--per-project", type=int, default=PER_PROJECT)
@@ -203,3 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.funnel is not None:
         args.funnel.write_text(json.dumps([f.to_json() for f in funnels], indent=1) + "\n")
     return 0 if all(not f.problem for f in funnels) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

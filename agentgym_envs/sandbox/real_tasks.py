@@ -36,7 +36,7 @@ Per project (the pinned sources of :mod:`real_projects`), built once into the ca
    was expected; never the fix, the line or the kind of mutation), and measures of its
    difficulty.
 
-The build (:mod:`real_build`; command line ``python -m agentgym_envs.sandbox.real_tasks
+The build (:mod:`real_build`; command line ``python -m agentgym_envs.sandbox.real_build
 build [NAME ...] --per-project 150 --workers 2 --log build.log``) writes
 ``tasks/sandbox/repofix_real.jsonl.gz`` and, next to it, each project's graded probes
 (``repofix_real_probes/<project>.json.gz``: the calls of the tests some task names, with
@@ -57,7 +57,6 @@ import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -678,12 +677,3 @@ def mutated_files(spec: Mapping[str, Any]) -> dict[str, str]:
     files = package_files(p.name)
     mutated = apply_many(files, [Site.from_json(s) for s in spec["sites"]])
     return {k: v for k, v in mutated.items() if files.get(k) != v}
-
-
-# -- building -------------------------------------------------------------------------------
-
-
-if __name__ == "__main__":  # the build's command line lives with the build
-    from agentgym_envs.sandbox.real_build import main
-
-    sys.exit(main())

@@ -214,7 +214,7 @@ class RepoFixRealEnv(RepoFixEnv):
     def generate_task(cls, seed: int, difficulty: str, split: str) -> Task | None:
         raise ConfigError(
             "RepoFixReal's tasks are built per project: `agentgym tasks build RepoFixReal` "
-            "(or python -m agentgym_envs.sandbox.real_tasks build)"
+            "(or python -m agentgym_envs.sandbox.real_build build)"
         )
 
     @classmethod
