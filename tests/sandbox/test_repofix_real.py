@@ -242,7 +242,13 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
     """Each seed's outcome is cached as it is known: a build cut off mid-project (a torn
     last line included) and a build asking for more tasks both give what one whole build
     gives; several-bug tasks combine bugs that each made a task alone once enough did."""
-    whole = _build(tmp_path / "whole")
+    out, log, funnel = tmp_path / "whole", tmp_path / "build.log", tmp_path / "funnel.json"
+    argv = ["build", "tally", "--per-project", "6", "--out", str(out / "repofix_real.jsonl.gz"),
+            "--log", str(log), "--funnel", str(funnel)]  # fmt: skip
+    assert real_build.main(argv) == 0  # the command line docs/results/repofix_real shows
+    whole = list(load_task_set("repofix_real.jsonl.gz", out).tasks)
+    assert f"[1/1] tally: {len(whole)} tasks of" in log.read_text()
+    assert json.loads(funnel.read_text())[0]["kept"] == len(whole) == 6
     seeds = real_build._results_path(rp.project("tally"))
     rows = seeds.read_text().splitlines()
     assert len(rows) == real_build.build_project("tally", 6, 18).funnel.tried
