@@ -351,17 +351,23 @@ class Recorder:
         for name, member in list(vars(cls).items()):
             if name in _SKIP:
                 continue
-            if isinstance(member, property) and member.fget is not None:
+            if isinstance(member, property) and hasattr(member.fget, "__qualname__"):
                 getter = self._wrapper(member.fget, "property", name)
-                setattr(cls, name, property(getter, member.fset, member.fdel, member.__doc__))
+                wrapped: Any = property(getter, member.fset, member.fdel, member.__doc__)
             elif isinstance(member, staticmethod):
-                setattr(cls, name, staticmethod(self._wrapper(member.__func__, "function")))
+                wrapped = staticmethod(self._wrapper(member.__func__, "function"))
             elif isinstance(member, classmethod):
-                bound = self._wrapper(member.__func__, "classmethod", name)
-                setattr(cls, name, classmethod(bound))
+                wrapped = classmethod(self._wrapper(member.__func__, "classmethod", name))
             elif isinstance(member, types.FunctionType):
                 kind = "new" if name == "__init__" else "method"
-                setattr(cls, name, self._wrapper(member, kind, name))
+                wrapped = self._wrapper(member, kind, name)
+            else:
+                continue
+            try:
+                setattr(cls, name, wrapped)
+            except (TypeError, AttributeError):  # a property named __name__ (toolz's
+                continue  # ``excepts``): the type keeps its own; that member goes unrecorded
+        # (a property whose getter is not a function, ``property(attrgetter(...))``, too)
 
     def _wrapper(self, fn: Any, kind: str, name: str = "") -> Any:
         recorder = self

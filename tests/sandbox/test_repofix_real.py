@@ -277,6 +277,41 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
     assert combined
 
 
+ODD = {  # classes the recorder cannot wrap every member of, as toolz 1.2.0 has
+    "odd-1.0/odd/__init__.py": (
+        "import operator\n\n\nclass Named:\n"
+        "    def __init__(self, fn):\n        self.fn = fn\n\n"
+        "    @property\n    def __name__(self):\n        return self.fn.__name__\n\n"
+        "    first = property(operator.itemgetter(0))\n\n"
+        "    def __getitem__(self, i):\n        return (self.fn.__name__, i)[i]\n\n\n"
+        "def shout(word):\n    return word.upper() + '!'\n"
+    ),
+    "odd-1.0/tests/test_odd.py": (
+        "from odd import Named, shout\n\n"
+        "def test_named():\n    assert Named(shout).__name__ == 'shout'\n\n"
+        "def test_shout():\n    assert shout('hi') == 'HI!'\n    assert shout('a') == 'A!'\n"
+    ),
+    "odd-1.0/LICENSE": "MIT\n",
+}
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_members_the_recorder_cannot_wrap_are_left_unrecorded_not_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A property named ``__name__`` cannot be set on a class, and a property whose getter
+    is ``itemgetter(0)`` has no name to record it by: both stay as they are, and the
+    rest of the package is recorded (toolz's recording failed on the first)."""
+    served = _serve(tmp_path, monkeypatch, ODD)
+    next(served)
+    data = real_tasks.project_data("odd")
+    assert {p.call["target"] for p in data.probes} >= {"odd:shout"}
+    assert "odd:shout" in data.covered and "odd:Named.__init__" in data.covered
+    next(served, None)
+
+
 LOOP = {  # a test that counts down with the package's step until it reaches 0
     "loop-1.0/loop/__init__.py": (
         "def step(i):\n    return i - 1\n\n\ndef twice(x):\n    return x * 2\n"
