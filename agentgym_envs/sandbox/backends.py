@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import logging
 import os
 import shutil
@@ -209,10 +210,31 @@ _UID = ("--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534")
 _COMMON = ("--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox")
 
 
+# What of /usr a sandbox sees: programs, shared libraries, the system Python's standard
+# library, git's helpers, locales and time zones. Never all of /usr: other software keeps
+# vendored copies of Python projects there (a cloud SDK's third_party/inflection, pip's
+# _vendor/distro), and a pinned project's correct code in reach is a fix to copy.
+_USR = (
+    "bin", "sbin", "libexec", "lib64", "lib/*-linux-gnu*", "lib/git-core", "lib/locale",
+    "lib/python3.[0-9]*", "lib/os-release", "lib/ssl", "share/zoneinfo", "share/git-core",
+    "share/terminfo", "share/misc", "share/file", "share/ca-certificates", "local/bin",
+    "local/lib",
+)  # fmt: skip
+
+
+@functools.cache
+def usr_paths() -> tuple[str, ...]:
+    """The folders and files of /usr the sandbox mounts (:data:`_USR` as found here)."""
+    found = {p for pattern in _USR for p in glob.glob(f"/usr/{pattern}")}
+    return tuple(sorted(p for p in found if not os.path.islink(p) or os.path.exists(p)))
+
+
 @functools.cache
 def _system_args() -> tuple[str, ...]:
     """Read-only binds of the system, then fresh /proc and /dev (computed once)."""
-    args = ["--ro-bind", "/usr", "/usr"]
+    args = []
+    for path in usr_paths():
+        args += ["--ro-bind", path, path]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -236,7 +258,7 @@ def _python_args() -> tuple[str, ...]:
     args = ["--ro-bind", runtime, SANDBOX_PREFIX]
     if in_venv():
         args += ["--ro-bind", runtime, sys.prefix]
-    mounted = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc"]
+    mounted = [*usr_paths(), "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc"]
     for path in interpreter_paths():
         mounted.append(path)
         if not (path + "/").startswith(("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")):
@@ -410,6 +432,9 @@ _STDIN_AT = "/agentgym/stdin"  # a run's standard input, as a file (read-only mo
 _IMAGE_PACKAGE_DIRS = (
     "/usr/local/lib/python{version}/site-packages", "/usr/local/lib/python{version}/dist-packages",
     "/usr/lib/python3/dist-packages", "/usr/lib/python{version}/site-packages",
+    # pip's wheels vendor copies of other projects (distro, idna...), pinned ones among them
+    "/usr/share/python-wheels", "/usr/lib/python{version}/ensurepip/_bundled",
+    "/usr/local/lib/python{version}/ensurepip/_bundled",
 )  # fmt: skip
 # Every command: RLIMIT_AS (docker has no such ulimit) and no core files, then the
 # command with its standard input from a file ("$2": /dev/null or a file under _STDIN_AT).

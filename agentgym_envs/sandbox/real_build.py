@@ -11,6 +11,8 @@ Command line::
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,8 +50,17 @@ class Built:
     funnel: Funnel = field(default_factory=lambda: Funnel(""))
 
 
-def _results_path(p: rp.Project) -> Path:
-    return rp.cache_dir() / f"tasks-v{TASKS_VERSION}" / f"{p.cache_key}.jsonl"
+def basis(data: ProjectData) -> str:
+    """A digest of what a project's tasks are built from (its stable tests, the probes and
+    the coverage): the seeds' results hold only for it."""
+    parts = [data.stable, [[p.test, p.call, p.expected] for p in data.probes], data.covered]
+    text = json.dumps(parts, sort_keys=True, default=list)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _results_path(data: ProjectData) -> Path:
+    folder = rp.cache_dir() / f"tasks-v{TASKS_VERSION}"
+    return folder / f"{data.project.cache_key}-{basis(data)}.jsonl"
 
 
 def _read_seeds(path: Path) -> list[dict[str, Any]]:
@@ -64,12 +75,28 @@ def _read_seeds(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except ValueError:
             break
-        if not line.endswith("\n") or not isinstance(row, dict) or row.get("seed") != len(out):
+        if not line.endswith("\n") or not _sound(row, len(out)):
             break
         out.append(row)
     if len(out) < len(lines):
         path.write_text("".join(lines[: len(out)]), encoding="utf-8")
     return out
+
+
+_REASONS = {f.name for f in dataclasses.fields(Funnel) if f.type in ("int", int)}
+
+
+def _sound(row: Any, seed: int) -> bool:
+    """Whether a cached row is one this build wrote for ``seed``."""
+    return (
+        isinstance(row, dict)
+        and row.get("seed") == seed
+        and isinstance(row.get("why"), list)
+        and set(row["why"]) <= _REASONS
+        and isinstance(row.get("seen"), list)
+        and isinstance(row.get("seconds"), int | float)
+        and (row.get("task") is None or isinstance(row["task"], dict))
+    )
 
 
 def build_project(name: str, per_project: int, tries: int) -> Built:
@@ -79,15 +106,15 @@ def build_project(name: str, per_project: int, tries: int) -> Built:
     so a build resumes at the seed where it stopped, and a build asking for more tasks
     goes on from the seeds an earlier one tried (the same seeds give the same tasks)."""
     p = rp.project(name)
-    path = _results_path(p)
-    done = _read_seeds(path)
     built = Built(funnel=Funnel(p.key))
     seen: set[str] = set()
     pool: dict[str, set[str]] = {}
     spent = 0.0
     runner: TestRunner | None = None
-    data: ProjectData | None = None
     try:
+        data = project_data(name)
+        path = _results_path(data)
+        done = _read_seeds(path)
         for seed in range(tries):
             if built.funnel.kept >= per_project:
                 break
@@ -100,8 +127,8 @@ def build_project(name: str, per_project: int, tries: int) -> Built:
                     setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
                 task, added, spent = row["task"], row["seen"], spent + row["seconds"]
             else:
-                if data is None:
-                    runner, data = rp._runner(), project_data(name)
+                if runner is None:
+                    runner = rp._runner()
                 began, before, funnel = time.perf_counter(), set(seen), Funnel(p.key)
                 task = candidate(data, seed, runner, funnel, seen, pool)
                 seconds = round(time.perf_counter() - began, 2)
@@ -166,12 +193,12 @@ def build(
     tasks = [Task.from_json(t) for n in projects for t in results[n].tasks]
     header = {"generator": "real_build.build", "per_project": per_project, "tries": tries}
     target = out or tasks_root() / TASK_FILE
-    written = write_task_set(target, "RepoFixReal", header, tasks)
     probes_folder = target.parent / Path(PROBES_AT).name
-    for name in projects:
+    for name in projects:  # the probes first: a task file is never left without them
         named = {t for task in results[name].tasks for t in _graded_tests(task["spec"])}
         if named:
             write_graded(project_data(name), named, probes_folder)
+    written = write_task_set(target, "RepoFixReal", header, tasks)
     return written, [results[n].funnel for n in projects]
 
 

@@ -184,6 +184,7 @@ def hidden_paths(mounted: list[str]) -> list[str]:
     patterns = ("lib/python3*/site-packages", "lib/python3*/dist-packages",
                 "lib/python3/dist-packages", "local/lib/python3*/site-packages",
                 "local/lib/python3*/dist-packages", "site-packages", "dist-packages",
+                "python3*/site-packages", "python3*/dist-packages",
                 # wheels of pip that vendor other projects (six, distro, idna...): a copy
                 # of a pinned project's correct code
                 "lib/python3*/ensurepip/_bundled", "ensurepip/_bundled",

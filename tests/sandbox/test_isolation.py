@@ -79,6 +79,46 @@ def test_sandbox_python_has_pytest_and_nothing_else(backend: Backend, tmp_path: 
     assert (r.exit_code, r.stdout.strip()) == (0, "None"), r.stderr
 
 
+# Walks the sandbox's filesystem for Python code that is neither the standard library,
+# nor the runtime's, nor the workspace's: a package (a folder with __init__.py), a module,
+# a wheel, egg or zip. Other software vendors copies of Python projects (a cloud SDK's
+# third_party/inflection, pip's _vendor/distro): a pinned project's correct code in reach
+# is a RepoFixReal fix to copy.
+FOREIGN = """
+import json, os, sys
+own = {os.path.realpath(p) for p in (sys.prefix, '/agentgym', *sys.argv[1:])}
+found = []
+for folder, dirs, files in os.walk('/'):
+    real = os.path.realpath(folder)
+    if folder in ('/proc', '/sys', '/dev', '/tmp', '/workspace') or real in own:
+        dirs[:] = []
+        continue
+    if 'os.py' in files and '__future__.py' in files:  # a standard library (any Python's)
+        for inner in ('site-packages', 'dist-packages', os.path.join('ensurepip', '_bundled')):
+            path = os.path.join(folder, inner)
+            if os.path.isdir(path):
+                found += [os.path.join(path, n) for n in os.listdir(path)]
+        dirs[:] = []
+        continue
+    for name in files:
+        path = os.path.join(folder, name)
+        code = name.endswith(('.py', '.whl', '.egg', '.pyz')) or name == '__init__.py'
+        if (code or (name.endswith('.zip') and 'python' in folder)) and os.path.exists(path):
+            found.append(path)
+print(json.dumps(sorted(found)[:50]))
+"""
+
+
+@pytest.mark.sandbox
+def test_the_sandbox_sees_no_python_code_but_the_stdlib_the_runtime_and_the_workspace(
+    backend: Backend, tmp_path: Path
+) -> None:
+    # the runtime is also mounted where this process's environment is (runtime.in_venv)
+    r = backend.run(["python", "-c", FOREIGN, sys.prefix], workspace=tmp_path, timeout_s=120)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout) == []
+
+
 # An image that holds task data the way real ones would: agentgym-envs pip-installed in a
 # virtual environment and in the interpreter's site-packages, and a source checkout.
 LEAKY_DOCKERFILE = """FROM {base}

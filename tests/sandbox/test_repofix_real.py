@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -249,7 +250,7 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
     whole = list(load_task_set("repofix_real.jsonl.gz", out).tasks)
     assert f"[1/1] tally: {len(whole)} tasks of" in log.read_text()
     assert json.loads(funnel.read_text())[0]["kept"] == len(whole) == 6
-    seeds = real_build._results_path(rp.project("tally"))
+    seeds = real_build._results_path(real_tasks.project_data("tally"))
     rows = seeds.read_text().splitlines()
     assert len(rows) == real_build.build_project("tally", 6, 18).funnel.tried
     seeds.write_text("\n".join(rows[: len(rows) // 2]) + "\n" + rows[len(rows) // 2][:25])
@@ -275,6 +276,47 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
             assert {s.key for s in sites} <= pool[side], seed
             combined += 1
     assert combined
+
+
+# code that swaps each test function of a test module for a no-op once the module is
+# imported, the way a test the results plugin cannot vouch for looks (found by the review)
+SWAP_TESTS = """
+
+import sys as _s
+def _agentgym_noop(*a, **k):
+    return None
+def _agentgym_prof(frame, event, arg):
+    code = frame.f_code
+    if event == "return" and code.co_name == "<module>" and "test_" in code.co_filename:
+        g = frame.f_globals
+        for _n, _v in list(g.items()):
+            if _n.startswith("test_") and callable(_v):
+                g[_n] = _agentgym_noop
+getattr(_s, "set" + "profile")(_agentgym_prof)
+"""
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_run_whose_task_tests_were_swapped_for_no_ops_is_refused(
+    tally: Path, tmp_path: Path
+) -> None:
+    """The results plugin says the task's own tests are not the functions their files
+    define: such a run is not sound, though tests it cannot vouch for in other files are
+    let pass (a mixin's, on the correct code too)."""
+    tasks = _build(tmp_path / "out", per_project=2)
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=tmp_path / "out" / "repofix_real_probes")
+    try:
+        for task in tasks:
+            env.reset(seed=0, options={"task_id": task.id})
+            init = "tally/__init__.py"
+            run = env._run_hidden({init: (env.workspace / init).read_text() + SWAP_TESTS})
+            assert not run.consistent, task.id
+            assert any("not the one its file defines" in t for t in run.tampered)
+            assert env._run_hidden({}).consistent  # the bug alone: a sound run that fails
+    finally:
+        env.close()
 
 
 ODD = {  # classes the recorder cannot wrap every member of, as toolz 1.2.0 has
@@ -639,6 +681,32 @@ def test_a_shipped_project_builds_again_to_its_shipped_tasks(
     assert [t.to_json() for t in again] == [t.to_json() for t in shipped]
     probes = "repofix_real_probes/inflection.json.gz"
     assert (tmp_path / probes).read_bytes() == real_tasks.graded_path("inflection").read_bytes()
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_a_clean_checkout_builds_a_shipped_projects_first_tasks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default run's build of a real project: pyhumps from its pinned archive (the
+    only download) and an empty cache, three tasks per project, gives the first three
+    of its shipped tasks (seeds are tried in order, so a smaller build is a prefix)."""
+    kept = rp.cache_dir() / "archives"  # the archive only, where this machine keeps it
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
+    archives = rp.cache_dir() / "archives"
+    for cached in kept.glob("pyhumps-*"):
+        archives.mkdir(parents=True, exist_ok=True)
+        shutil.copy(cached, archives / cached.name)  # verified by its pinned hash on use
+    _clear_caches()
+    real_build.build(
+        ["pyhumps"], per_project=3, out=tmp_path / "repofix_real.jsonl.gz", log=lambda _: None
+    )
+    _clear_caches()
+    again = list(load_task_set("repofix_real.jsonl.gz", tmp_path).tasks)
+    shipped = [t for t in _shipped() if t.spec["project"] == "pyhumps"]
+    assert len(again) == 3
+    assert [t.to_json() for t in again] == [t.to_json() for t in shipped[:3]]
 
 
 def test_a_dict_subclass_holds_the_same_pairs_in_any_order() -> None:
