@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -113,10 +114,18 @@ print(json.dumps(sorted(found)[:50]))
 def test_the_sandbox_sees_no_python_code_but_the_stdlib_the_runtime_and_the_workspace(
     backend: Backend, tmp_path: Path
 ) -> None:
+    """Bubblewrap mounts an allowlist of the host: nothing else is there. A Docker image
+    is the user's (Debian's own gdb helpers and tools are Python), so there the places
+    projects from the package index live must be empty: package folders, pip's wheels,
+    vendored copies."""
     # the runtime is also mounted where this process's environment is (runtime.in_venv)
     r = backend.run(["python", "-c", FOREIGN, sys.prefix], workspace=tmp_path, timeout_s=120)
     assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout) == []
+    found = json.loads(r.stdout)
+    if isinstance(backend, DockerBackend):
+        places = re.compile(r"(site|dist)-packages|python-wheels|_bundled|_vendor|third_party")
+        found = [f for f in found if places.search(f)]
+    assert found == []
 
 
 # An image that holds task data the way real ones would: agentgym-envs pip-installed in a

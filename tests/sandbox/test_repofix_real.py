@@ -595,8 +595,9 @@ def _shipped() -> list[Task]:
 
 
 def test_the_shipped_splits_hold_projects_out_and_keep_functions_apart() -> None:
-    """``ood`` tasks come only from projects pinned as held out (at least 5), which give
-    no other task; within a project, train and test tasks touch disjoint functions."""
+    """``ood`` tasks come only from projects pinned as held out (at least 5 of them give
+    some), which give no other task; within a project, train and test tasks touch
+    disjoint functions."""
     tasks = _shipped()
     held_out = {p.name for p in rp.load_projects() if p.split == "ood"}
     assert len(held_out) >= 5
@@ -608,7 +609,8 @@ def test_the_shipped_splits_hold_projects_out_and_keep_functions_apart() -> None
     for (project, split), names in list(functions.items()):
         if split == "train":
             assert not names & functions.get((project, "test"), set()), project
-    assert {t.spec["project"] for t in tasks if t.split == "ood"} == held_out
+    ood = {t.spec["project"] for t in tasks if t.split == "ood"}
+    assert ood <= held_out and len(ood) >= 5  # a held-out project may give no task
 
 
 def test_no_shipped_report_quotes_its_bug() -> None:
