@@ -164,7 +164,7 @@ def cmd_eval(args: argparse.Namespace, console: Console | None = None) -> int:
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     if not args.replay:
         return _run(args, recorded, console)
-    from agentgym_envs.eval.evaluate import load_report, replay
+    from agentgym_envs.eval.replay import load_report, replay
 
     old = load_report(args.replay)
     out = Path(args.out or Path(args.replay).parent / "replay")

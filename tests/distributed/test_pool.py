@@ -27,7 +27,8 @@ from agentgym_envs.core.info import Outcome
 from agentgym_envs.distributed import ActorLost, ActorResources, Call, CrashCode, RayEnvPool
 from agentgym_envs.distributed.cluster import LocalCluster
 from agentgym_envs.distributed.procs import alive, marked, terminate
-from agentgym_envs.eval.evaluate import EvalConfig, compare_episodes, evaluate
+from agentgym_envs.eval.evaluate import EvalConfig, evaluate
+from agentgym_envs.eval.replay import compare_episodes
 from agentgym_envs.eval.suite import suite_from_spec
 from tests.distributed import sleepy
 from tests.distributed.kills import kill

@@ -16,7 +16,8 @@ import pytest
 from agentgym_envs.cli import main
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import TaskSet, load_task_set
-from agentgym_envs.eval.evaluate import EvalConfig, evaluate, replay
+from agentgym_envs.eval.evaluate import EvalConfig, evaluate
+from agentgym_envs.eval.replay import replay
 from agentgym_envs.eval.report import render_html, render_markdown
 from agentgym_envs.eval.suite import Job, Suite, SuiteEntry, env_class, suite_from_spec
 from tests.eval import crashy

@@ -16,7 +16,6 @@ from agentgym_envs.eval.evaluate import (
     EpisodeResult,
     EvalConfig,
     evaluate,
-    replay,
     result_metrics,
 )
 from agentgym_envs.eval.metrics import (
@@ -26,6 +25,7 @@ from agentgym_envs.eval.metrics import (
     pass_hat_k,
     task_pass_rates,
 )
+from agentgym_envs.eval.replay import replay
 from agentgym_envs.eval.suite import available_suites, load_suite, suite_from_spec
 from tests.eval import crashy
 
@@ -204,7 +204,7 @@ def test_max_slots_below_batch_caps_the_slots_of_an_entry(monkeypatch: pytest.Mo
 
 
 def test_a_replay_of_a_report_from_before_trim_to_cuts_histories_as_it_did() -> None:
-    from agentgym_envs.eval.evaluate import replay_options
+    from agentgym_envs.eval.replay import replay_options
 
     hf = {"id": "hf:smollm2", "spec": {"kind": "hf"}}
     old = {"config": {"policy_options": {"max_new_tokens": 8}}, "policies": [hf, {"id": "oracle"}]}
