@@ -83,7 +83,8 @@ def _read_seeds(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-_REASONS = {f.name for f in dataclasses.fields(Funnel) if f.type in ("int", int)}
+# the funnel's counters, in its order: a seed's row names those it counts in
+_REASONS = tuple(f.name for f in dataclasses.fields(Funnel) if f.type in ("int", int))
 
 
 def _sound(row: Any, seed: int) -> bool:
@@ -92,11 +93,24 @@ def _sound(row: Any, seed: int) -> bool:
         isinstance(row, dict)
         and row.get("seed") == seed
         and isinstance(row.get("why"), list)
-        and set(row["why"]) <= _REASONS
+        and set(row["why"]) <= set(_REASONS)
         and isinstance(row.get("seen"), list)
         and isinstance(row.get("seconds"), int | float)
         and (row.get("task") is None or isinstance(row["task"], dict))
     )
+
+
+def _try(
+    data: ProjectData, seed: int, runner: Any, seen: set[str], pool: Mapping[str, set[str]]
+) -> dict[str, Any]:
+    """Seed ``seed``'s row for the cache: its task (or None), the funnel's reasons it
+    counts in, what it adds to ``seen`` and the seconds it took."""
+    began, before, funnel = time.perf_counter(), set(seen), Funnel(data.project.key)
+    task = candidate(data, seed, runner, funnel, seen, pool)
+    why = [k for k in _REASONS if k != "tried" and getattr(funnel, k)] + ["tried"]
+    seconds = round(time.perf_counter() - began, 2)
+    return {"seed": seed, "why": why, "task": task, "seen": sorted(seen - before),
+            "seconds": seconds}  # fmt: skip
 
 
 def build_project(name: str, per_project: int, tries: int) -> Built:
@@ -123,26 +137,16 @@ def build_project(name: str, per_project: int, tries: int) -> Built:
                 break
             if seed < len(done):
                 row = done[seed]
-                for reason in row["why"]:
-                    setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
-                task, added, spent = row["task"], row["seen"], spent + row["seconds"]
             else:
-                if runner is None:
-                    runner = rp._runner()
-                began, before, funnel = time.perf_counter(), set(seen), Funnel(p.key)
-                task = candidate(data, seed, runner, funnel, seen, pool)
-                seconds = round(time.perf_counter() - began, 2)
-                why = [k for k, v in funnel.to_json().items() if isinstance(v, int) and v
-                       and not isinstance(v, bool) and k != "tried"] + ["tried"]  # fmt: skip
-                added = sorted(seen - before)
-                row = {"seed": seed, "why": why, "task": task, "seen": added, "seconds": seconds}
+                runner = runner or rp._runner()
+                row = _try(data, seed, runner, seen, pool)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(row, sort_keys=True) + "\n")
-                for reason in why:
-                    setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
-                spent += seconds
-            seen.update(added)
+            for reason in row["why"]:
+                setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
+            task, spent = row["task"], spent + row["seconds"]
+            seen.update(row["seen"])
             if task is not None:
                 built.tasks.append(task)
                 if len(task["spec"]["sites"]) == 1:

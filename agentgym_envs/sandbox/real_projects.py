@@ -600,6 +600,15 @@ def usable_run(run: Any) -> tuple[bool, set[str]]:
     return usable, unguarded
 
 
+def _suite_run(runner: Any, repo: Path, **kwargs: Any) -> Any:
+    """The staged project's whole suite, once, on a fresh copy of it (``kwargs``: as
+    ``TestRunner.run``)."""
+    with tempfile.TemporaryDirectory(prefix="agentgym-suite-") as tmp:
+        work = Path(tmp) / "repo"
+        shutil.copytree(repo, work)
+        return runner.run(work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S, **kwargs)
+
+
 def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Baseline:
     """Run the project's suite in the sandbox ``runs`` times on its pristine code.
 
@@ -611,12 +620,9 @@ def baseline(p: Project, runner: Any = None, runs: int = BASELINE_RUNS) -> Basel
     result = Baseline(p.key)
     outcomes: list[dict[str, str]] = []
     for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="agentgym-baseline-") as tmp:
-            work = Path(tmp) / "repo"
-            shutil.copytree(repo, work)
-            start = time.perf_counter()
-            run = runner.run(work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S)
-            result.seconds.append(round(time.perf_counter() - start, 2))
+        start = time.perf_counter()
+        run = _suite_run(runner, repo)
+        result.seconds.append(round(time.perf_counter() - start, 2))
         usable, unguarded = usable_run(run)
         if not usable:
             result.problem = (
@@ -658,13 +664,7 @@ def param_drift(p: Project, runner: Any = None, runs: int = DRIFT_RUNS) -> list[
     repo = stage(p)
     seen: list[dict[str, str]] = []
     for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="agentgym-params-") as tmp:
-            work = Path(tmp) / "repo"
-            shutil.copytree(repo, work)
-            run = runner.run(
-                work, hidden_tests(repo), timeout_s=BASELINE_TIMEOUT_S,
-                extra=["--collect-only"], env={"AGENTGYM_PARAMS": "1"},
-            )  # fmt: skip
+        run = _suite_run(runner, repo, extra=["--collect-only"], env={"AGENTGYM_PARAMS": "1"})
         if not run.params:
             raise ConfigError(
                 f"{p.key}: collecting its tests gave no parameters (exit code "

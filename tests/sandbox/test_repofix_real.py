@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +127,22 @@ def _clear_caches() -> None:
 
 
 @pytest.fixture
-def tally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """tally 1.0 on a local index, pinned in a list of its own, with an empty cache;
-    returns the pinned list."""
-    yield from _serve(tmp_path, monkeypatch, FILES)
+def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Path]]:
+    """``serve(files)``: a project of the test's own (``files`` under ``name-version/``)
+    on a local index, pinned in a list of its own, with an empty cache; returns the
+    pinned list."""
+    yield lambda files: _serve(tmp_path, monkeypatch, files)
+    _clear_caches()
 
 
 @pytest.fixture
-def tally_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tally(serve: Callable[..., Path]) -> Path:
+    """tally 1.0, served (``serve``)."""
+    return serve(FILES)
+
+
+@pytest.fixture
+def tally_inside(serve: Callable[..., Path]) -> Path:
     """The same with its tests inside the package (``tally/tests``), as 8 of the pinned
     projects ship theirs."""
     files = {
@@ -142,10 +151,10 @@ def tally_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "tally-1.0/tally/tests/test_tally.py": TESTS,
         "tally-1.0/LICENSE": "MIT License\n",
     }
-    yield from _serve(tmp_path, monkeypatch, files)
+    return serve(files)
 
 
-def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> Any:
+def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> Path:
     folder = next(iter(files)).split("/")[0]  # name-version
     name, version = folder.rsplit("-", 1)
     archive = tmp_path / "files" / f"{folder}.tar.gz"
@@ -162,8 +171,7 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(rp, "pinned_path", lambda: pins)
     _clear_caches()
-    yield pins
-    _clear_caches()
+    return pins
 
 
 def _build(out: Path, per_project: int = 6) -> list[Task]:
@@ -341,17 +349,15 @@ ODD = {  # classes the recorder cannot wrap every member of, as toolz 1.2.0 has
 @needs_bwrap
 @pytest.mark.timeout(300)
 def test_members_the_recorder_cannot_wrap_are_left_unrecorded_not_the_project(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    serve: Callable[..., Path],
 ) -> None:
     """A property named ``__name__`` cannot be set on a class, and a property whose getter
     is ``itemgetter(0)`` has no name to record it by: both stay as they are, and the
     rest of the package is recorded (toolz's recording failed on the first)."""
-    served = _serve(tmp_path, monkeypatch, ODD)
-    next(served)
+    serve(ODD)
     data = real_tasks.project_data("odd")
     assert {p.call["target"] for p in data.probes} >= {"odd:shout"}
     assert "odd:shout" in data.covered and "odd:Named.__init__" in data.covered
-    next(served, None)
 
 
 LOOP = {  # a test that counts down with the package's step until it reaches 0
@@ -372,13 +378,12 @@ LOOP = {  # a test that counts down with the package's step until it reaches 0
 @needs_bwrap
 @pytest.mark.timeout(300)
 def test_a_bug_whose_tests_never_end_is_counted_hung_within_its_time_cap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    serve: Callable[..., Path],
 ) -> None:
     """A bug in ``step`` makes the count-down loop forever: each of its calls replays
     fine (one call each), so the test run finds it, cut at 3 times the pristine suite's
     time plus 10 s, not at the 120 s cap."""
-    served = _serve(tmp_path, monkeypatch, LOOP)
-    next(served)
+    serve(LOOP)
     data = real_tasks.project_data("loop")
     seed = next(
         s for s in range(100) if {x.function for x in real_tasks.draw(data, s)[1]} == {"step"}
@@ -390,7 +395,6 @@ def test_a_bug_whose_tests_never_end_is_counted_hung_within_its_time_cap(
         runner.close()
     assert funnel.hung == funnel.tried == 1
     assert data.seconds * 3 + 10 < rp.BASELINE_TIMEOUT_S
-    next(served, None)
 
 
 @pytest.mark.sandbox
