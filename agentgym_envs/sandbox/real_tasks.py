@@ -479,11 +479,8 @@ def candidate(
         alone = {k: v for k, v in apply_many(files, [site]).items() if files.get(k) != v}
         own = _observe(data, runner, alone, reaching, timeout_s)
         own_cmp = probe_mod.compare(reaching, own)
-        if isinstance(own, str) or own_cmp.problem is not None:
-            funnel.site_unseen += 1
-            return None
-        if not set(own_cmp.differing) & set(first.differing):
-            funnel.site_unseen += 1
+        if isinstance(own, str) or not set(own_cmp.differing) & set(first.differing):
+            funnel.site_unseen += 1  # a replay with a problem has no differing calls
             return None
         alone_by_site.append(_by_test(data, reached, own))
     others = _others(data, set(reached), seed)
