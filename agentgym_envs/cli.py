@@ -286,7 +286,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             # the sandbox and browser families have figures of their own (the stored
             # solutions they would replay are not how their episodes run)
             if entry.family == "sandbox":
-                from agentgym_envs.sandbox.bench import bench_repofix
+                from agentgym_envs.repofix.bench import bench_repofix
 
                 sandbox.append(bench_repofix(entry))
             elif entry.family == "web":
@@ -582,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plugin_parsers(sub)
     # -- subcommands owned by their modules (each add_parser imports only argparse-light code)
-    from agentgym_envs.policies.serve import add_parser as add_serve_parser
+    from agentgym_envs.serving.server import add_parser as add_serve_parser
 
     add_serve_parser(sub)
     from agentgym_envs.eval.cli_eval import add_parser as add_eval_parser

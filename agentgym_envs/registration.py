@@ -93,14 +93,14 @@ ENVS: tuple[EnvEntry, ...] = (
     EnvEntry(
         "RepoFix",
         "1",
-        "agentgym_envs.sandbox.repofix:RepoFixEnv",
+        "agentgym_envs.repofix.env:RepoFixEnv",
         "sandbox",
         description="fix injected bugs in a Python repository in a sandbox; hidden tests grade",
     ),
     EnvEntry(
         "RepoFixReal",
         "0",
-        "agentgym_envs.sandbox.repofix_real:RepoFixRealEnv",
+        "agentgym_envs.repofix.real:RepoFixRealEnv",
         "sandbox",
         description="fix injected bugs in real open-source Python projects; their tests grade",
     ),

@@ -31,7 +31,7 @@ from agentgym_envs.llm import ChatTemplate, Message, SamplingSettings
 from agentgym_envs.llm.models import load_model, resolve_device, weights_fingerprint
 from agentgym_envs.llm.sampler import RowPicker, Sampler
 from agentgym_envs.policies.chat import ChatHistories, Conversation, derive_seed
-from agentgym_envs.policies.prefix_cache import PrefixCacheGenerator
+from agentgym_envs.serving.prefix_cache import PrefixCacheGenerator
 
 logger = logging.getLogger(__name__)
 

@@ -182,7 +182,7 @@ print('DONE')
 def _hunt(obs: str, info: dict[str, Any]) -> Generator[str, tuple[str, dict[str, Any]], None]:
     """Search every readable file for the task's solution, report and hidden tests."""
     from agentgym_envs.core.tasks import load_task_set
-    from agentgym_envs.sandbox.fixtures import repo_dir
+    from agentgym_envs.repofix.fixtures import repo_dir
 
     task = load_task_set("sandbox/repofix.jsonl").get(info["task"]["id"])
     report = info["task"]["instruction"].splitlines()[2].strip()

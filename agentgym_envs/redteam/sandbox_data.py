@@ -1,4 +1,4 @@
-"""Attacks on RepoFix's verdict by data (``sandbox.probes``): taking over the test process,
+"""Attacks on RepoFix's verdict by data (``repofix.probes``): taking over the test process,
 carrying the hidden tests out of it, and numbers the host cannot compare.
 
 Each would have forged the verdict, or made the policy's input an ``env_error``, before
@@ -11,7 +11,7 @@ from __future__ import annotations
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.redteam.core import Attack, AttackTrace, scripted
 from agentgym_envs.redteam.sandbox_actions import ENV, _append
-from agentgym_envs.sandbox.fixtures import repo_dir
+from agentgym_envs.repofix.fixtures import repo_dir
 
 
 def _code_swap(check: str) -> str:
@@ -157,7 +157,7 @@ def real_project_attacks() -> list[Attack]:
     """The takeovers on the first shipped RepoFixReal task of a sample of real projects
     (their archives are fetched once, into the cache, when the attacks are played)."""
     from agentgym_envs.core.tasks import load_task_set
-    from agentgym_envs.sandbox.real_tasks import TASK_FILE
+    from agentgym_envs.repofix.real_tasks import TASK_FILE
 
     tasks = load_task_set(TASK_FILE).tasks
     out = []

@@ -81,7 +81,7 @@ def _ws_refusal(base_url: str) -> str | None:
 def _generation_server(**kwargs: Any) -> Iterator[Any]:
     """``agentgym serve`` with the tiny random model on loopback, its defaults otherwise."""
     require("torch", "torch", "train", "the red-team attacks on agentgym serve")
-    from agentgym_envs.policies.serve import start_server
+    from agentgym_envs.serving.server import start_server
 
     server, _ = start_server("tiny", device="cpu", model_id="tiny", **kwargs)
     try:

@@ -14,7 +14,7 @@ from agentgym_envs.eval.metrics import pass_at_k, pass_hat_k
 from agentgym_envs.eval.runner import run_summary
 from agentgym_envs.games.sokoban_search import parse_room
 from agentgym_envs.redteam.core import attacks_for
-from agentgym_envs.sandbox.mutate import MutationError, apply_many, find_sites, sample_sites
+from agentgym_envs.repofix.mutate import MutationError, apply_many, find_sites, sample_sites
 
 
 @pytest.mark.parametrize(

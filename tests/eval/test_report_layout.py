@@ -15,7 +15,7 @@ from agentgym_envs.eval.report import write_reports
 from tests.eval.test_report import _metrics, _tables, _tags
 from tests.web.support import needs_browser
 
-# RepoFix's milestones (agentgym_envs/sandbox/repofix.py), WebShop-like long ids, and an
+# RepoFix's milestones (agentgym_envs/repofix/env.py), WebShop-like long ids, and an
 # entry with three stages: four labels, which the old funnel wrote level and overlapping
 STAGES = {
     "repofix-easy": ("agentgym/RepoFix-v1", ["opened_buggy_file", "reproduced_failure",

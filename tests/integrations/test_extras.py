@@ -76,7 +76,7 @@ CALLS = [
     (
         "serve-local-model",
         ["torch"],
-        "from agentgym_envs.policies.serve import start_server\nstart_server('smollm2')",
+        "from agentgym_envs.serving.server import start_server\nstart_server('smollm2')",
         "train",
     ),
     (

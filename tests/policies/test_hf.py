@@ -92,7 +92,7 @@ def test_kv_reuse_reads_only_new_tokens_and_matches_a_fresh_read(tiny_folder: st
 
 
 def test_rows_of_very_different_lengths_decode_in_separate_groups() -> None:
-    from agentgym_envs.policies.prefix_cache import length_groups
+    from agentgym_envs.serving.prefix_cache import length_groups
 
     # a game beside a web page: padded together, the game would read the page's length
     assert length_groups([600, 8000, 650, 7000, 3000]) == [[0, 2], [4], [3, 1]]
@@ -325,7 +325,7 @@ def test_make_policy_specs(tiny_folder: str) -> None:
 
 def test_importing_policies_does_not_load_torch() -> None:
     code = (
-        "import sys, agentgym_envs, agentgym_envs.policies, agentgym_envs.policies.serve\n"
+        "import sys, agentgym_envs, agentgym_envs.policies, agentgym_envs.serving.server\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
         "from agentgym_envs.policies import OpenAIPolicy\n"
         "assert 'torch' not in sys.modules\n"

@@ -22,9 +22,9 @@ import pytest
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.eval.runner import run_episodes
 from agentgym_envs.policies.openai_compat import OpenAIPolicy
-from agentgym_envs.policies.serve import ChatServer, start_server
-from agentgym_envs.policies.serve_api import completion_body, template_messages
-from agentgym_envs.policies.serve_http import SOCKET_TIMEOUT_S
+from agentgym_envs.serving.api import completion_body, template_messages
+from agentgym_envs.serving.http_app import SOCKET_TIMEOUT_S
+from agentgym_envs.serving.server import ChatServer, start_server
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agentgym_envs.policies.serve import ChatServer, start_server
-from agentgym_envs.policies.serve_stream import GONE_POLL_S
+from agentgym_envs.serving.server import ChatServer, start_server
+from agentgym_envs.serving.stream import GONE_POLL_S
 
 LONG = 1500  # tokens: far more than a row samples before its client's exit is seen
 TOOLS = [{"type": "function", "function": {"name": "look", "parameters": {"type": "object"}}}]

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from agentgym_envs.policies.serve import ChatServer, start_server
-from agentgym_envs.policies.serve_http import REQUIRED_ATTEMPTS
+from agentgym_envs.serving.http_app import REQUIRED_ATTEMPTS
+from agentgym_envs.serving.server import ChatServer, start_server
 
 TOOLS = [
     {

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.policies.serve import ChatServer, start_server
-from agentgym_envs.policies.serve_engine import RowJob
-from agentgym_envs.policies.serve_guard import DEFAULT_MAX_BODY_BYTES, host_allowed
+from agentgym_envs.serving.engine import RowJob
+from agentgym_envs.serving.guard import DEFAULT_MAX_BODY_BYTES, host_allowed
+from agentgym_envs.serving.server import ChatServer, start_server
 
 POSTS = ("/chat/completions", "/completions", "/load_weights")
 

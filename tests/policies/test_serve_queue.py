@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentgym_envs.policies.serve_queue import FairQueue, QueueStopped
+from agentgym_envs.serving.work_queue import FairQueue, QueueStopped
 
 
 def drain(queue: FairQueue[str]) -> list[str]:

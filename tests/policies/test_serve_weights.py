@@ -20,9 +20,9 @@ from transformers import AutoConfig, LlamaForCausalLM
 
 from agentgym_envs.llm.models import load_tokenizer, tiny_llama
 from agentgym_envs.llm.sampler import Sampler
-from agentgym_envs.policies.serve import ChatServer, is_loopback, start_server
-from agentgym_envs.policies.serve_engine import ToolCallConstraint, Vocab, eos_ids
-from agentgym_envs.policies.serve_stream import TextStream
+from agentgym_envs.serving.engine import ToolCallConstraint, Vocab, eos_ids
+from agentgym_envs.serving.server import ChatServer, is_loopback, start_server
+from agentgym_envs.serving.stream import TextStream
 
 PROMPT = [1, 9468, 28, 314, 3060, 2]
 

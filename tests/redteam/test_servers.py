@@ -62,7 +62,7 @@ class _FirstComeFirstServed:
             self._ready.notify_all()
 
     def get(self, timeout: float | None = None) -> Any:
-        from agentgym_envs.policies.serve_queue import QueueStopped
+        from agentgym_envs.serving.work_queue import QueueStopped
 
         with self._ready:
             if not self._rows and not self._stopped:
@@ -76,7 +76,8 @@ class _FirstComeFirstServed:
 
 def _undefended(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     from agentgym_envs.integrations import openenv_sessions
-    from agentgym_envs.policies import serve_engine, serve_http
+    from agentgym_envs.serving import engine as serve_engine
+    from agentgym_envs.serving import http_app as serve_http
 
     def length_only(headers: Any, bound: str, allowed: Any, cap: int) -> int:
         return int(headers.get("Content-Length") or 0)
@@ -109,7 +110,7 @@ def test_attack_gets_through_when_its_defence_is_off(
 def test_the_huge_body_attack_also_catches_tokenising_text_that_cannot_fit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agentgym_envs.policies import serve_http
+    from agentgym_envs.serving import http_app as serve_http
 
     monkeypatch.setattr(serve_http, "_check_chars", lambda server, chars, param: None)
     result = run_attack(_attack("serve-huge-body"))

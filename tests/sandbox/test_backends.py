@@ -18,6 +18,7 @@ import pytest
 
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.errors import AgentGymError, ConfigError
+from agentgym_envs.repofix.env import choose_backend
 from agentgym_envs.sandbox import backends
 from agentgym_envs.sandbox.backends import (
     SANDBOX_WORKSPACE,
@@ -32,7 +33,6 @@ from agentgym_envs.sandbox.backends import (
     available_backends,
     make_backend,
 )
-from agentgym_envs.sandbox.repofix import choose_backend
 from tests.sandbox.support import ISOLATING, make_isolating, needs_bwrap
 
 PY = sys.executable

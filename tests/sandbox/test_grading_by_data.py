@@ -23,12 +23,12 @@ from agentgym_envs.core import Outcome, RewardConfig
 from agentgym_envs.core.tasks import load_task_set
 from agentgym_envs.redteam.sandbox import CODE_SWAP, EVERY_REPO, _append
 from agentgym_envs.redteam.sandbox import attacks as sandbox_attacks
+from agentgym_envs.repofix import probes
+from agentgym_envs.repofix import tasks as tasks
+from agentgym_envs.repofix.env import RepoFixEnv
+from agentgym_envs.repofix.fixtures import OOD_REPOS, TRAIN_REPOS
 from agentgym_envs.sandbox import probe_harness as harness
-from agentgym_envs.sandbox import probes
-from agentgym_envs.sandbox import repofix_tasks as tasks
 from agentgym_envs.sandbox.backends import ExecResult, Limits, make_backend
-from agentgym_envs.sandbox.fixtures import OOD_REPOS, TRAIN_REPOS
-from agentgym_envs.sandbox.repofix import RepoFixEnv
 from agentgym_envs.sandbox.verify import TestRunner
 from tests.sandbox.support import needs_bwrap
 
@@ -144,7 +144,7 @@ def runner() -> Iterator[TestRunner]:
 @needs_bwrap
 @pytest.mark.timeout(240)
 def test_the_probes_rebuild_exactly_from_the_fixtures(tmp_path: Path, capsys: Any) -> None:
-    """``python -m agentgym_envs.sandbox.probes build`` (the README's command) gives the
+    """``python -m agentgym_envs.repofix.probes build`` (the README's command) gives the
     committed files byte for byte: recording and replay are deterministic."""
     assert probes.main(["build", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out  # one line per repository, as it goes

@@ -15,9 +15,9 @@ import pytest
 from agentgym_envs.core import Outcome
 from agentgym_envs.core.tasks import load_task_set
 from agentgym_envs.redteam.sandbox import _LENIENT, _SILENCE, _speedups
-from agentgym_envs.sandbox import repofix as rf
+from agentgym_envs.repofix import env as rf
+from agentgym_envs.repofix.env import RepoFixEnv
 from agentgym_envs.sandbox.backends import ExecResult, Limits
-from agentgym_envs.sandbox.repofix import RepoFixEnv
 from agentgym_envs.sandbox.verify import _control_copies, _parse
 from agentgym_envs.sandbox.workspace import code_of, search_output
 from tests.sandbox.support import ISOLATING, ISOLATING_SLOW_DOCKER, make_isolating

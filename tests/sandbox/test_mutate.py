@@ -1,4 +1,4 @@
-"""Tests for the RepoFix bug injector (agentgym_envs.sandbox.mutate)."""
+"""Tests for the RepoFix bug injector (agentgym_envs.repofix.mutate)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentgym_envs.sandbox.mutate import (
+from agentgym_envs.repofix.mutate import (
     CLASSIC_KINDS,
     MutationKind,
     Site,
@@ -312,7 +312,7 @@ def test_apply_many_applies_disjoint_sites_in_any_order() -> None:
 
 _SAMPLE_SCRIPT = """
 import json, sys
-from agentgym_envs.sandbox.mutate import sample_sites
+from agentgym_envs.repofix.mutate import sample_sites
 files = json.loads(sys.stdin.read())
 print(json.dumps([[s.key for s in sample_sites(files, 3, seed)] for seed in range(5)]))
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.sandbox import real_projects as rp
+from agentgym_envs.repofix import real_projects as rp
 from tests.sandbox.support import needs_bwrap, sdist
 
 FILES = {

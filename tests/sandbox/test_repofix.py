@@ -17,9 +17,9 @@ import pytest
 import agentgym_envs  # noqa: F401 - registers the envs
 from agentgym_envs.core import Outcome, Task
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.sandbox import repofix_tasks as tasks
+from agentgym_envs.repofix import tasks as tasks
+from agentgym_envs.repofix.env import RepoFixEnv, grade, relative_path
 from agentgym_envs.sandbox.backends import Backend, ExecResult, Isolation, SandboxError
-from agentgym_envs.sandbox.repofix import RepoFixEnv, grade, relative_path
 from agentgym_envs.sandbox.verify import TestRun
 from tests.sandbox.support import needs_bwrap
 

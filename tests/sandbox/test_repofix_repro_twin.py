@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 import agentgym_envs  # noqa: F401 - registers the envs
 from agentgym_envs.core import Outcome, ToolCall
 from agentgym_envs.core.tasks import load_task_set
-from agentgym_envs.sandbox import repofix_tasks as tasks
+from agentgym_envs.repofix import tasks as tasks
+from agentgym_envs.repofix.env import RepoFixEnv
+from agentgym_envs.repofix.gates import ProtectedFileGate
+from agentgym_envs.repofix.twin import twin_files, twin_source
 from agentgym_envs.sandbox.backends import BubblewrapBackend, Limits
-from agentgym_envs.sandbox.repofix import RepoFixEnv
-from agentgym_envs.sandbox.repofix_gates import ProtectedFileGate
-from agentgym_envs.sandbox.twin import twin_files, twin_source
 from agentgym_envs.sandbox.verify import TestRunner
 from tests.sandbox.support import needs_bwrap
 

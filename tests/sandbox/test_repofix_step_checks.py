@@ -1,5 +1,5 @@
 """RepoFix's ``tests_passing`` step check: it pays for visible tests the fix makes pass,
-once, and only from the env's own canary-guarded run (``sandbox.repofix_checks``)."""
+once, and only from the env's own canary-guarded run (``repofix.checks``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from agentgym_envs.core import Outcome, RewardConfig, Task
 from agentgym_envs.core.step_checks import step_reward_bounds
 from agentgym_envs.core.tasks import load_task_set
 from agentgym_envs.redteam.sandbox import _LENIENT, _SILENCE, _TAKEOVERS, _append, _speedups
-from agentgym_envs.sandbox.probes import Comparison
-from agentgym_envs.sandbox.repofix import RepoFixEnv
-from agentgym_envs.sandbox.repofix_checks import Baseline, code_key, visible_level
+from agentgym_envs.repofix.checks import Baseline, code_key, visible_level
+from agentgym_envs.repofix.env import RepoFixEnv
+from agentgym_envs.repofix.probes import Comparison
 from tests.sandbox.support import needs_bwrap
 from tests.sandbox.test_repofix import call, gold_edits, start
 
@@ -55,7 +55,7 @@ def test_code_key_ignores_protected_files_and_tells_tasks_apart() -> None:
 def test_an_ineligible_state_is_not_cached_for_the_same_code_without_its_hook() -> None:
     """A fix plus a conftest hook is ineligible (0, nothing runs); the same fix without
     the hook has the same code key and must still be measured, not read back as 0."""
-    from agentgym_envs.sandbox.repofix_checks import VisibleTests
+    from agentgym_envs.repofix.checks import VisibleTests
 
     runs: list[dict[str, str | None]] = []
     checks = VisibleTests(spaces=None, runner=None)  # type: ignore[arg-type]

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentgym_envs.core.step_checks import CheckKind, StepCheckSpec
-from agentgym_envs.sandbox import probes
-from agentgym_envs.sandbox.probes import Comparison
+from agentgym_envs.repofix import probes
+from agentgym_envs.repofix.probes import Comparison
 from agentgym_envs.sandbox.verify import TestRunner
 from agentgym_envs.sandbox.workspace import WorkspaceManager, is_protected
 

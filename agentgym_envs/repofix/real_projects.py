@@ -19,8 +19,8 @@ flake. The tasks are built from them by :mod:`real_tasks`.
 
 Command line (each step does the ones before it that are missing)::
 
-    python -m agentgym_envs.sandbox.real_projects fetch [NAME ...]
-    python -m agentgym_envs.sandbox.real_projects baseline [NAME ...] --log build.log
+    python -m agentgym_envs.repofix.real_projects fetch [NAME ...]
+    python -m agentgym_envs.repofix.real_projects baseline [NAME ...] --log build.log
 """
 
 from __future__ import annotations
@@ -705,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym_envs.console import ProgressLog
 
     parser = argparse.ArgumentParser(
-        prog="python -m agentgym_envs.sandbox.real_projects",
+        prog="python -m agentgym_envs.repofix.real_projects",
         description="Fetch, verify and test the pinned real projects RepoFix builds tasks from.",
     )
     parser.add_argument("step", choices=("fetch", "stage", "baseline"))

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from email.message import Message
 from urllib.parse import urlsplit
 
-from agentgym_envs.policies.serve_api import BadRequest
+from agentgym_envs.serving.api import BadRequest
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "check_post", "host_allowed"]
 

@@ -36,7 +36,7 @@ Per project (the pinned sources of :mod:`real_projects`), built once into the ca
    was expected; never the fix, the line or the kind of mutation), and measures of its
    difficulty.
 
-The build (:mod:`real_build`; command line ``python -m agentgym_envs.sandbox.real_build
+The build (:mod:`real_build`; command line ``python -m agentgym_envs.repofix.real_build
 build [NAME ...] --per-project 150 --workers 2 --log build.log``) writes
 ``tasks/sandbox/repofix_real.jsonl.gz`` and, next to it, each project's graded probes
 (``repofix_real_probes/<project>.json.gz``: the calls of the tests some task names, with
@@ -65,12 +65,12 @@ from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task, tasks_root
-from agentgym_envs.sandbox import probes as probe_mod
-from agentgym_envs.sandbox import real_projects as rp
+from agentgym_envs.repofix import probes as probe_mod
+from agentgym_envs.repofix import real_projects as rp
+from agentgym_envs.repofix.mutate import MutationError, MutationKind, Site, apply_many, sample_sites
+from agentgym_envs.repofix.real_reports import report
+from agentgym_envs.repofix.tasks import changed_lines, hunk_edits, solution_actions
 from agentgym_envs.sandbox.backends import Limits
-from agentgym_envs.sandbox.mutate import MutationError, MutationKind, Site, apply_many, sample_sites
-from agentgym_envs.sandbox.real_reports import report
-from agentgym_envs.sandbox.repofix_tasks import changed_lines, hunk_edits, solution_actions
 from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)

@@ -26,13 +26,13 @@ from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task
-from agentgym_envs.sandbox import probes
-from agentgym_envs.sandbox.fixtures import OOD_REPOS as OOD_REPOS
-from agentgym_envs.sandbox.fixtures import TRAIN_REPOS as TRAIN_REPOS
-from agentgym_envs.sandbox.fixtures import content_hash as content_hash
-from agentgym_envs.sandbox.fixtures import repo_dir as repo_dir
-from agentgym_envs.sandbox.fixtures import source_files as source_files
-from agentgym_envs.sandbox.mutate import (
+from agentgym_envs.repofix import probes
+from agentgym_envs.repofix.fixtures import OOD_REPOS as OOD_REPOS
+from agentgym_envs.repofix.fixtures import TRAIN_REPOS as TRAIN_REPOS
+from agentgym_envs.repofix.fixtures import content_hash as content_hash
+from agentgym_envs.repofix.fixtures import repo_dir as repo_dir
+from agentgym_envs.repofix.fixtures import source_files as source_files
+from agentgym_envs.repofix.mutate import (
     Site,
     apply,
     apply_many,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym_envs.core.errors import ArgumentError, ClosedError
 from agentgym_envs.llm.generation import SamplingSettings
-from agentgym_envs.policies.serve_queue import FairQueue, QueueStopped
+from agentgym_envs.serving.work_queue import FairQueue, QueueStopped
 
 if TYPE_CHECKING:  # torch loads only when a server starts
     import torch
@@ -471,7 +471,7 @@ _Job = tuple[RowJob, "Future[RowResult]"]
 class Batcher:
     """Collects concurrent rows into batched generations on one worker thread.
 
-    Waiting rows are taken in fair turns (:class:`~.serve_queue.FairQueue`):
+    Waiting rows are taken in fair turns (:class:`~.work_queue.FairQueue`):
     round-robin over clients, then over each client's requests, one row at a time.
 
     Args:

@@ -4,7 +4,7 @@ task file and the graded probes written (the pipeline: :mod:`real_tasks`).
 
 Command line::
 
-    python -m agentgym_envs.sandbox.real_build build [NAME ...] --per-project 150 \\
+    python -m agentgym_envs.repofix.real_build build [NAME ...] --per-project 150 \\
         --workers 2 --log build.log --funnel funnel.json
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task, tasks_root, write_task_set
-from agentgym_envs.sandbox import real_projects as rp
-from agentgym_envs.sandbox.mutate import Site
-from agentgym_envs.sandbox.real_tasks import (
+from agentgym_envs.repofix import real_projects as rp
+from agentgym_envs.repofix.mutate import Site
+from agentgym_envs.repofix.real_tasks import (
     EARLY_SEEDS,
     MIN_YIELD,
     PER_PROJECT,
@@ -211,10 +211,10 @@ def _graded_tests(spec: Mapping[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agentgym_envs.sandbox.real_build build [NAME ...]`` (module docstring)."""
+    """``python -m agentgym_envs.repofix.real_build build [NAME ...]`` (module docstring)."""
     from agentgym_envs.console import ProgressLog
 
-    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.sandbox.real_build")
+    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.repofix.real_build")
     parser.add_argument("command", choices=["build"])
     parser.add_argument("names", nargs="*", help="pinned projects (default: all)")
     parser.add_argument("--per-project", type=int, default=PER_PROJECT)

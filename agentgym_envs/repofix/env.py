@@ -28,17 +28,10 @@ from agentgym_envs.core.step_checks import (
     StepFacts,
     refined,
 )
-from agentgym_envs.sandbox import fixtures, probes
-from agentgym_envs.sandbox import repofix_tasks as tasks
-from agentgym_envs.sandbox.backends import (
-    Backend,
-    ExecResult,
-    Limits,
-    SandboxError,
-    choose_backend,
-)
-from agentgym_envs.sandbox.repofix_checks import TESTS_PASSING, VisibleTests
-from agentgym_envs.sandbox.repofix_gates import (
+from agentgym_envs.repofix import fixtures, probes
+from agentgym_envs.repofix import tasks as tasks
+from agentgym_envs.repofix.checks import TESTS_PASSING, VisibleTests
+from agentgym_envs.repofix.gates import (
     CommandEffectsGate,
     NetworkGate,
     ProtectedFileGate,
@@ -47,8 +40,15 @@ from agentgym_envs.sandbox.repofix_gates import (
     relative_path,
     tampers,
 )
-from agentgym_envs.sandbox.repofix_tasks import ScriptOracle, solution_actions
-from agentgym_envs.sandbox.twin import twin_files
+from agentgym_envs.repofix.tasks import ScriptOracle, solution_actions
+from agentgym_envs.repofix.twin import twin_files
+from agentgym_envs.sandbox.backends import (
+    Backend,
+    ExecResult,
+    Limits,
+    SandboxError,
+    choose_backend,
+)
 from agentgym_envs.sandbox.verify import TestRun, TestRunner, grade
 from agentgym_envs.sandbox.workspace import (
     AST_LOCK,
@@ -187,7 +187,7 @@ class RepoFixEnv(AgentEnv):
         ``local_weight`` > 0 the step check ``tests_passing`` adds the share of the
         visible tests' calls into the package that returned a wrong result on the base
         and the right one now, by the env's own replay of those calls compared outside
-        the sandbox (``repofix_checks``, ``probes``).
+        the sandbox (``checks``, ``probes``).
 
     Termination:
         ``submit()`` applies the workspace diff (protected files left out) to a fresh

@@ -14,8 +14,8 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.core.step_checks import GENERIC_SPECS, StepCheck, StepCheckSpec, StepFacts
 from agentgym_envs.core.tasks import Task
-from agentgym_envs.sandbox import probes, real_build, real_projects, real_tasks
-from agentgym_envs.sandbox.repofix import VERIFY_TIMEOUT_S, Progress, RepoFixEnv
+from agentgym_envs.repofix import probes, real_build, real_projects, real_tasks
+from agentgym_envs.repofix.env import VERIFY_TIMEOUT_S, Progress, RepoFixEnv
 from agentgym_envs.sandbox.verify import TestRun
 from agentgym_envs.sandbox.workspace import AST_LOCK, Changes, apply_changes
 
@@ -46,7 +46,7 @@ class RepoFixRealEnv(RepoFixEnv):
         settings; its tests stay outside the sandbox. Tasks were kept only where the
         project's tests that reach the bug fail on it, every other test run passes, and
         calls those tests make return something else than on the correct code
-        (:mod:`agentgym_envs.sandbox.real_tasks`). ``train`` and ``test`` tasks of a
+        (:mod:`agentgym_envs.repofix.real_tasks`). ``train`` and ``test`` tasks of a
         project touch disjoint functions; ``ood`` tasks come from projects no other
         split uses.
 
@@ -218,7 +218,7 @@ class RepoFixRealEnv(RepoFixEnv):
     def generate_task(cls, seed: int, difficulty: str, split: str) -> Task | None:
         raise ConfigError(
             "RepoFixReal's tasks are built per project: `agentgym tasks build RepoFixReal` "
-            "(or python -m agentgym_envs.sandbox.real_build build)"
+            "(or python -m agentgym_envs.repofix.real_build build)"
         )
 
     @classmethod

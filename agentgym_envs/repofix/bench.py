@@ -20,7 +20,7 @@ import gymnasium as gym
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core import Outcome, Task
 from agentgym_envs.registration import EnvEntry
-from agentgym_envs.sandbox.repofix import RepoFixEnv
+from agentgym_envs.repofix.env import RepoFixEnv
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym_envs.llm.generation import SamplingSettings
 from agentgym_envs.policies.chat import derive_seed
-from agentgym_envs.policies.serve_api import (
+from agentgym_envs.serving.api import (
     BadRequest,
     ChatRequest,
     Sampling,
@@ -30,9 +30,9 @@ from agentgym_envs.policies.serve_api import (
     prompt_chars,
     template_messages,
 )
-from agentgym_envs.policies.serve_engine import Batcher, Reply, RowJob, RowResult
-from agentgym_envs.policies.serve_guard import check_post
-from agentgym_envs.policies.serve_reply import (
+from agentgym_envs.serving.engine import Batcher, Reply, RowJob, RowResult
+from agentgym_envs.serving.guard import check_post
+from agentgym_envs.serving.reply import (
     Chunks,
     chat_body,
     chat_choice,
@@ -44,10 +44,10 @@ from agentgym_envs.policies.serve_reply import (
     text_logprobs,
     tool_calls,
 )
-from agentgym_envs.policies.serve_stream import GONE_POLL_S, stream_pieces
+from agentgym_envs.serving.stream import GONE_POLL_S, stream_pieces
 
 if TYPE_CHECKING:
-    from agentgym_envs.policies.serve import ChatServer
+    from agentgym_envs.serving.server import ChatServer
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class Handler(BaseHTTPRequestHandler):
             )
 
     def _checked_length(self) -> int:
-        """The body's length, once its headers passed :func:`~.serve_guard.check_post`
+        """The body's length, once its headers passed :func:`~.guard.check_post`
         (origin, host, JSON type, size); a refused body is never read whole."""
         server = self.server
         try:

@@ -5,7 +5,7 @@
 :class:`BadRequest` (an HTTP 400 with an OpenAI-style error body) for anything they
 cannot serve. :func:`template_messages` turns OpenAI messages into what a chat template
 takes; :func:`completion_body` turns generated text into a one-choice reply (the full
-reply bodies are in :mod:`.serve_reply`).
+reply bodies are in :mod:`.reply`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from agentgym_envs.core.errors import AgentGymError
 from agentgym_envs.llm.chat import Message
 from agentgym_envs.policies.chat import tool_calls_to_action
-from agentgym_envs.policies.serve_reply import chat_body, chat_choice
+from agentgym_envs.serving.reply import chat_body, chat_choice
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP = 4

@@ -17,7 +17,7 @@ Built on the standard library (``http.server.ThreadingHTTPServer``). Endpoints:
 Every POST must be JSON (``Content-Type: application/json``), name this server in its
 ``Host`` header and carry no foreign ``Origin``: what a web page can make a browser send
 (a cross-site form, a DNS-rebinding page) is refused with 403 or 415 before the body is
-read (see :mod:`.serve_guard`). A body over ``max_body_bytes`` (``--max-body-bytes``,
+read (see :mod:`.guard`). A body over ``max_body_bytes`` (``--max-body-bytes``,
 8 MiB by default) is refused with 413 unread, and a prompt with more characters than the
 context can hold is refused before it is tokenised.
 
@@ -25,7 +25,7 @@ Every choice says ``weights_version``, the version of the weights that sampled i
 batcher reads it under the lock weight loads take, when the choice's batch runs (a
 choice is one row of one batch, so it never mixes versions). A body's top-level
 ``weights_version`` is the oldest of its choices' (the rows of one request may run in
-different batches); see :mod:`.serve_reply` for streams.
+different batches); see :mod:`.reply` for streams.
 
 Bad requests get a 4xx with an OpenAI-style ``{"error": {...}}`` body; the server
 survives anything a request does.
@@ -34,12 +34,12 @@ Fairness: rows wait for a batch in turns, round-robin over clients (peer address
 then over each client's requests, one row at a time, not first come first served: a
 request for ``n=128`` long choices takes its share of each batch, and a short request
 sent after it runs in the next batch instead of after all 128 rows (see
-:class:`~.serve_queue.FairQueue`).
+:class:`~.work_queue.FairQueue`).
 
 Choices: each of the ``n`` choices is sampled independently, choice 0 with the request's
 ``seed`` and choice ``i`` with a seed derived from ``(seed, i)``, so a seeded request is
 reproducible and its choice 0 is the ``n=1`` reply. Requests (and choices) that arrive
-together are generated as one batch (:class:`~.serve_engine.Batcher`), and a row's
+together are generated as one batch (:class:`~.engine.Batcher`), and a row's
 sample depends on its own seed only, never on the batch.
 
 Log-probabilities are those of the sampling distribution, ``log softmax(logits /
@@ -54,7 +54,7 @@ generated text into ``message.tool_calls`` with ``finish_reason="tool_calls"``.
 ``tool_choice``: ``"auto"``; ``"none"`` (the tools are not shown and no call is read);
 ``"required"`` or one named function: decoding is constrained so the reply starts as
 ``{"name": "<a tool>", "arguments": {`` and ends when its brackets close (see
-:class:`~.serve_engine.ToolCallConstraint`); a sampled reply whose arguments are still
+:class:`~.engine.ToolCallConstraint`); a sampled reply whose arguments are still
 not valid JSON is drawn again with a derived seed, up to :data:`REQUIRED_ATTEMPTS`
 times, and after that (or at ``max_tokens``) it comes back as plain ``content``.
 
@@ -80,10 +80,10 @@ from typing import TYPE_CHECKING, Any
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.integrations.extras import optional_imports
 from agentgym_envs.policies.chat import derive_seed
-from agentgym_envs.policies.serve_api import BadRequest
-from agentgym_envs.policies.serve_engine import Batcher, RowEngine
-from agentgym_envs.policies.serve_guard import DEFAULT_MAX_BODY_BYTES
-from agentgym_envs.policies.serve_http import SOCKET_TIMEOUT_S, Handler, is_loopback
+from agentgym_envs.serving.api import BadRequest
+from agentgym_envs.serving.engine import Batcher, RowEngine
+from agentgym_envs.serving.guard import DEFAULT_MAX_BODY_BYTES
+from agentgym_envs.serving.http_app import SOCKET_TIMEOUT_S, Handler, is_loopback
 
 if TYPE_CHECKING:  # torch loads only when a server starts
     from agentgym_envs.policies.hf import LocalLM
@@ -125,7 +125,7 @@ class ChatServer(ThreadingHTTPServer):
         self.bound_host = str(address[0])
         """The host the server was bound to, as given (a ``Host`` header may name it)."""
         self.allowed_hosts = tuple(allowed_hosts)
-        """Further host names a ``Host`` header may use (see :mod:`.serve_guard`)."""
+        """Further host names a ``Host`` header may use (see :mod:`.guard`)."""
         self._context_chars: int | None = None
         self._count = 0
         self._count_lock = threading.Lock()
@@ -280,7 +280,7 @@ def start_server(
         max_body_bytes: the largest request body served (a larger one gets 413 unread).
         allowed_hosts: host names clients may call the server by besides loopback
             names, the bound host and this machine's name (a container's service
-            name, say); see :mod:`.serve_guard`.
+            name, say); see :mod:`.guard`.
 
     Returns:
         ``(server, url)`` with ``url`` like ``http://127.0.0.1:8000/v1``. Call

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentgym_envs.sandbox import probes as probe_mod
+from agentgym_envs.repofix import probes as probe_mod
 
 _SHOWN = 100  # characters of a value in a report
 

@@ -9,7 +9,7 @@ succeed and doing nothing must fail on every task.
 
 Command line::
 
-    python -m agentgym_envs.sandbox.real_sweep [--sample N] [--workers 2] \\
+    python -m agentgym_envs.repofix.real_sweep [--sample N] [--workers 2] \\
         [--tasks FILE] --out sweep.json --log sweep.log
 
 Each task's row is appended to ``sweep.rows.jsonl`` as it is played, so a sweep cut off
@@ -33,7 +33,7 @@ from typing import Any
 
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.tasks import Task, load_task_set
-from agentgym_envs.sandbox import real_tasks
+from agentgym_envs.repofix import real_tasks
 
 
 def _play(env: Any, task: Task) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """Play each task as the module docstring says, in one env; a row per task, also
     appended to ``rows_file`` as it is known (several processes may append to it)."""
-    from agentgym_envs.sandbox.repofix_real import RepoFixRealEnv
+    from agentgym_envs.repofix.real import RepoFixRealEnv
 
     tasks = {t.id: t for t in _load(task_file)}
     probes_dir = None if task_file is None else task_file.parent / Path(real_tasks.PROBES_AT).name
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym_envs.console import ProgressLog
 
     parser = argparse.ArgumentParser(
-        prog="python -m agentgym_envs.sandbox.real_sweep",
+        prog="python -m agentgym_envs.repofix.real_sweep",
         description="Play the oracle and doing nothing on RepoFixReal's tasks, timed.",
     )
     parser.add_argument("--sample", type=int, default=None, help="tasks (default: all)")
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = summary(rows)
         words = sys.argv[1:] if argv is None else argv
         result = {
-            "command": "python -m agentgym_envs.sandbox.real_sweep " + " ".join(words),
+            "command": "python -m agentgym_envs.repofix.real_sweep " + " ".join(words),
             "seconds": round(time.perf_counter() - start),
             "summary": s,
             "rows": sorted(rows, key=lambda r: r["task"]),

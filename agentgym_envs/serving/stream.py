@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 
-from agentgym_envs.policies.serve_engine import (
+from agentgym_envs.serving.engine import (
     Batcher,
     RowEngine,
     RowJob,

@@ -50,8 +50,8 @@ from typing import Any
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.scratch import remove_tree
 from agentgym_envs.core.tasks import tasks_root
+from agentgym_envs.repofix.fixtures import OOD_REPOS, TRAIN_REPOS, content_hash, repo_dir
 from agentgym_envs.sandbox.backends import ExecResult
-from agentgym_envs.sandbox.fixtures import OOD_REPOS, TRAIN_REPOS, content_hash, repo_dir
 from agentgym_envs.sandbox.runtime import PROBE
 from agentgym_envs.sandbox.verify import TestRunner
 from agentgym_envs.sandbox.workspace import WorkspaceManager, apply_changes
@@ -287,13 +287,13 @@ def load(repo: str) -> ProbeSet:
     if not path.is_file():
         raise ConfigError(
             f"no probes for the fixture repository {repo!r} at {path}; build them with "
-            "`python -m agentgym_envs.sandbox.probes build`"
+            "`python -m agentgym_envs.repofix.probes build`"
         )
     data = json.loads(path.read_text())
     if data.get("content_hash") != content_hash(repo) or data.get("version") != VERSION:
         raise ConfigError(
             f"the probes of {repo!r} were built from other fixture contents or an older "
-            "format; rebuild them with `python -m agentgym_envs.sandbox.probes build`"
+            "format; rebuild them with `python -m agentgym_envs.repofix.probes build`"
         )
     probes = tuple(Probe(p["test"], p["call"], p["expected"]) for p in data["probes"])
     return ProbeSet(repo, data["package"], tuple(data["paths"]), data["content_hash"], probes)
@@ -484,7 +484,7 @@ def observe(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agentgym_envs.sandbox.probes build [REPO ...]``: record and write the
+    """``python -m agentgym_envs.repofix.probes build [REPO ...]``: record and write the
     probe files of the fixture repositories (default: all), one line per repository."""
     import argparse
     import sys
@@ -493,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from agentgym_envs.sandbox.backends import Limits, make_backend
 
-    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.sandbox.probes")
+    parser = argparse.ArgumentParser(prog="python -m agentgym_envs.repofix.probes")
     parser.add_argument("command", choices=["build"])
     parser.add_argument("repos", nargs="*", default=[*TRAIN_REPOS, *OOD_REPOS])
     parser.add_argument("--out", type=Path, default=None, help="folder (default: tasks root)")
