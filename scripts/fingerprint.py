@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args(argv)
     if args.compare:
-        before, after = (json.loads(p.read_text()) for p in args.compare)
+        before, after = (_stable(json.loads(p.read_text())) for p in args.compare)
         differences = compare(before, after)
         print("\n".join(differences[:200]) or "identical")
         return 1 if differences else 0
