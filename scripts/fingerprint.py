@@ -146,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.compare:
         before, after = (_stable(json.loads(p.read_text())) for p in args.compare)
-        differences = compare(before, after)
+        runs = sorted(set(before) & set(after))  # a file made with --only has fewer runs
+        differences = compare({k: before[k] for k in runs}, {k: after[k] for k in runs})
+        print(f"compared {len(runs)} runs: {', '.join(runs)}")
         print("\n".join(differences[:200]) or "identical")
         return 1 if differences else 0
     if args.out is None:
