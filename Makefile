@@ -85,7 +85,7 @@ test-verl: $(VERL_VENV)/.installed
 test: lint test-verl
 	$(BIN)/python -m pytest --ignore=$(VERL_TEST) -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# The CPU learning proof: each committed recipe (agentgym_trainers/recipes.py) from a random small
+# The CPU learning proof: each committed recipe (agentgym_trainers/configs/*.toml) from a random small
 # model: SFT warm start, then GRPO, RLOO and PPO, evaluated on 200 held-out episodes.
 # Writes docs/results/cpu/<recipe>/{summary.json,metrics.jsonl,curves.png,README.md}; runs/learn
 # keeps the run folders. One thread per process: faster than two on a shared 2-core box.

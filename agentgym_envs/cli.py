@@ -270,7 +270,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from agentgym_envs.core.family import Family, resolve
     from agentgym_envs.eval.bench import bench_env
+    from agentgym_envs.registration import families
 
     if args.eval:
         return _bench_eval(args)
@@ -278,30 +280,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_ray(args)
 
     results: list[Any] = []
-    sandbox: list[Any] = []
-    web: list[Any] = []
+    # families whose record has figures of its own (Family.bench: where the stored
+    # solutions the generic loop replays are not how their episodes run), in registry order
+    own: dict[str, tuple[Family, list[Any]]] = {f.name: (f, []) for f in families() if f.bench}
     for entry in _entries(args.env):
         _env_class(entry)  # a broken plugin: a PluginError naming it, not a traceback
         with console.status(f"benchmarking {entry.id}"):
-            # the sandbox and browser families have figures of their own (the stored
-            # solutions they would replay are not how their episodes run)
-            if entry.family == "sandbox":
-                from agentgym_envs.repofix.bench import bench_repofix
-
-                sandbox.append(bench_repofix(entry))
-            elif entry.family == "web":
-                from agentgym_envs.web.bench import bench_webshop
-
-                web.append(bench_webshop(entry))
+            if entry.family in own:
+                record, found = own[entry.family]
+                found.append(resolve(record.bench)(entry))
             else:
                 results.append(bench_env(entry, seconds=args.seconds, concurrent=args.concurrent))
+    measured = [(record, r) for record, found in own.values() for r in found]
     if args.json:
-        print(json.dumps([r.to_json() for r in [*results, *sandbox, *web]], indent=2))
+        print(json.dumps([r.to_json() for r in [*results, *(r for _, r in measured)]], indent=2))
         return 0
-    for s in sandbox:
-        _print_sandbox_bench(s)
-    for w in web:
-        _print_web_bench(w)
+    for record, r in measured:
+        resolve(record.bench_table)(r, console)
     if not results:
         return 0
     table = Table(title="env benchmark (one core, gym.make with default wrappers)")
@@ -334,9 +329,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_ray(args: argparse.Namespace) -> int:
-    from agentgym_envs.eval.bench_ray import FAMILIES, bench_ray, print_ray_bench
+    from agentgym_envs.eval.bench_ray import bench_ray, default_envs, print_ray_bench
 
-    names = tuple(e.name for e in _entries(args.env)) if args.env else FAMILIES
+    names = tuple(e.name for e in _entries(args.env)) if args.env else default_envs()
     with console.status(f"Ray pool: {', '.join(names)} on 1, 2, 4 actors (a few minutes)"):
         result = bench_ray(names, episodes=args.ray_episodes)
     if args.json:
@@ -347,9 +342,9 @@ def _bench_ray(args: argparse.Namespace) -> int:
 
 
 def _bench_eval(args: argparse.Namespace) -> int:
-    from agentgym_envs.eval.bench_eval import TEXT_GAMES, bench_eval
+    from agentgym_envs.eval.bench_eval import bench_eval, default_envs
 
-    names = tuple(e.name for e in _entries(args.env)) if args.env else TEXT_GAMES
+    names = tuple(e.name for e in _entries(args.env)) if args.env else default_envs()
     with console.status(f"evaluating the oracle, {args.episodes} episodes per env"):
         results = bench_eval(names, episodes=args.episodes)
     if args.json:
@@ -379,6 +374,7 @@ def _bench_eval(args: argparse.Namespace) -> int:
             f"{r.store_kib_per_episode:.1f}",
         )
     console.print(table)
+    from agentgym_envs.eval.bench import machinery_envs
     from agentgym_envs.eval.bench_store import bench_store
 
     with console.status("timing the trajectory store"):
@@ -387,60 +383,9 @@ def _bench_eval(args: argparse.Namespace) -> int:
         f"trajectory store: add {store['add_ms_mean']:.2f} ms per committed 20-step episode, "
         f"{store['add_many_ms_per_episode']:.2f} ms in batches, "
         f"{store['bytes_per_episode'] / 1024:.1f} KiB each; the recording wrapper adds "
-        f"{store['wrapper_step_overhead_ms']:.3f} ms per Sokoban step"
+        f"{store['wrapper_step_overhead_ms']:.3f} ms per {machinery_envs()[0].name} step"
     )
     return 0
-
-
-def _print_sandbox_bench(r: Any) -> None:
-    table = Table(title=f"{r.env_id} benchmark ({r.backend} backend, isolation {r.isolation})")
-    table.add_column("figure")
-    table.add_column("median", justify="right")
-    rows = (
-        ("reset, first time for a task (git repo built)", f"{r.reset_cold_ms_median:.1f} ms"),
-        ("reset (copy of the task's template on tmpfs)", f"{r.reset_ms_median:.1f} ms"),
-        ("read_file step", f"{r.read_file_ms_median:.2f} ms"),
-        ("edit step", f"{r.edit_ms_median:.2f} ms"),
-        ("`true` as a plain subprocess", f"{r.bare_true_ms_median:.1f} ms"),
-        ("`true` in the sandbox", f"{r.sandbox_true_ms_median:.1f} ms"),
-        (
-            "sandbox start overhead",
-            f"{r.sandbox_true_ms_median - r.bare_true_ms_median:.1f} ms",
-        ),
-        ("run('true') step (staged copy + commit)", f"{r.run_tool_ms_median:.1f} ms"),
-        ("hidden-test verification (submit)", f"{r.verify_ms_median:.0f} ms"),
-        ("one oracle episode alone", f"{r.single_episode_s:.2f} s"),
-        (
-            f"{r.concurrent} oracle episodes at once",
-            f"{r.concurrent_wall_s:.2f} s wall, success {r.concurrent_success:.0%}",
-        ),
-    )
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
-
-
-def _print_web_bench(r: Any) -> None:
-    table = Table(title=f"{r.env_id} benchmark (headless Chromium, one browser per process)")
-    table.add_column("figure")
-    table.add_column("median", justify="right")
-    rows = (
-        ("reset (database restore + fresh context + first page)", f"{r.reset_ms_median:.0f} ms"),
-        (f"step: action + observation ({r.steps} oracle steps)", f"{r.step_ms_median:.0f} ms"),
-        (
-            "step while the next context opens (prewarm)",
-            f"{r.step_prewarm_ms_median:.0f} ms",
-        ),
-        (
-            f"{r.concurrent} concurrent episodes on one browser",
-            f"{r.concurrent_steps_per_s:.1f} steps/s aggregate, success {r.concurrent_success:.0%}",
-        ),
-        ("browser memory per extra live episode", f"{r.browser_mib_per_episode:.0f} MiB"),
-        ("Chromium processes", str(r.browser_processes)),
-    )
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
 
 
 # -- tasks -----------------------------------------------------------------------------

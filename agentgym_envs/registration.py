@@ -3,6 +3,13 @@
 Entry points are strings, so registering imports no env module: ``gym.make`` imports
 the family it needs, when it needs it.
 
+Each built-in family declares what the shared layers need of it (Ray resources, its
+benchmark, its attacks, its test marks ...) in one record,
+:class:`~agentgym_envs.core.family.Family`, ``FAMILY`` in its package:
+:data:`FAMILY_RECORDS` names them and :func:`families` imports them on first use. A new
+built-in family adds its package, its entries to :data:`ENVS` and its record to
+:data:`FAMILY_RECORDS` (docs/add_an_env.md).
+
 Third-party packages add envs through the ``agentgym_envs.envs`` entry-point group
 (:data:`ENTRY_POINT_GROUP`; docs/add_an_env.md): each entry point names an
 :class:`EnvEntry` (or a list of them). A broken plugin is skipped with a
@@ -12,6 +19,7 @@ envs keep working, and asking for one of its envs raises an error that says why.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +32,7 @@ from agentgym_envs.core.errors import (
     PluginWarning,
     did_you_mean,
 )
+from agentgym_envs.core.family import Family, resolve
 
 NAMESPACE = "agentgym"
 ENTRY_POINT_GROUP = "agentgym_envs.envs"
@@ -112,6 +121,33 @@ ENVS: tuple[EnvEntry, ...] = (
         description="shop on a local website in headless Chromium; the shop's database grades",
     ),
 )
+
+
+FAMILY_RECORDS: tuple[str, ...] = (
+    "agentgym_envs.games:FAMILY",
+    "agentgym_envs.business:FAMILY",
+    "agentgym_envs.repofix:FAMILY",
+    "agentgym_envs.web:FAMILY",
+)
+"""The record of each built-in family, as ``"package:FAMILY"``, in the order of :data:`ENVS`."""
+
+
+@functools.cache
+def families() -> tuple[Family, ...]:
+    """The built-in families' records (:data:`FAMILY_RECORDS`), imported on first call so
+    that ``import agentgym_envs`` loads no family package."""
+    records = tuple(resolve(ref) for ref in FAMILY_RECORDS)
+    wrong = [
+        ref for ref, f in zip(FAMILY_RECORDS, records, strict=True) if not isinstance(f, Family)
+    ]
+    assert not wrong, f"not Family records: {wrong}"
+    return records
+
+
+def family(name: str) -> Family | None:
+    """The record of the built-in family ``name`` (an ``EnvEntry.family``), or None for a
+    family no record declares (a plugin's)."""
+    return next((f for f in families() if f.name == name), None)
 
 
 def register_all() -> None:

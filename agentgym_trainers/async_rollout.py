@@ -27,8 +27,10 @@ weights to the worker (a broadcast), which loads them at its next turn boundary.
    ``async_timeout_s`` as :class:`RolloutTimeoutError`.
 
 The seam: the learner talks to a :class:`RolloutWorker` (submit jobs, push weights,
-take finished groups) and pushes plain data (:class:`PolicyWeights`). Two workers ship
-(``--rollout-worker``, :func:`make_worker`):
+take finished groups) and pushes plain data (:class:`PolicyWeights`); its side,
+:class:`AsyncRollouts`, reads from the learner only what :class:`Learner` names (the
+jobs of a step, the version, the weights). Two workers ship (``--rollout-worker``,
+``Trainer.rollout_worker``):
 
 * ``thread``: the in-process :class:`ThreadRolloutWorker` plays with a
   :class:`SamplingPolicy` (a copy of the learner's model on its device) in a
@@ -48,7 +50,6 @@ or SGLang server must be reloaded by the user, see docs/generation.md).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import threading
@@ -74,7 +75,6 @@ from agentgym_trainers.rollout import (
 
 if TYPE_CHECKING:
     from agentgym_envs.llm.sampler import Sampler
-    from agentgym_trainers.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -416,24 +416,23 @@ def lag_metrics(trajs: Sequence[Trajectory], version: int, max_lag: int) -> dict
     }
 
 
-def local_worker(trainer: Trainer) -> ThreadRolloutWorker:
-    """A worker thread with a copy of ``trainer``'s policy: same sampling settings, engine
-    kind and random stream as its synchronous sampler, and its current version."""
-    lm = copy.deepcopy(trainer.lm).eval().requires_grad_(False)
-    sampler = trainer.make_sampler(lm)
-    sampler.set_state(trainer.sampler.get_state())
-    sampler.weights_version = trainer.version
-    return ThreadRolloutWorker(trainer.make_runner, LocalPolicy(sampler))
+class Learner(Protocol):
+    """What the asynchronous rollouts read from the learner (the trainer is one): the
+    jobs of a generation step, the policy's version, and its weights."""
 
+    @property
+    def version(self) -> int:
+        """The policy version (updates applied so far)."""
+        ...
 
-def make_worker(trainer: Trainer) -> RolloutWorker:
-    """The rollout worker ``--rollout-worker`` names: :func:`local_worker` (``thread``)
-    or a :class:`~agentgym_trainers.ray_rollout.RayRolloutWorker` (``ray``)."""
-    if trainer.cfg.rollout.rollout_worker == "ray":
-        from agentgym_trainers.ray_rollout import ray_worker  # ray only when asked for
+    def jobs(self, step: int) -> list[RolloutJob]:
+        """This process's jobs of generation step ``step`` (group ids from 0 up; every
+        process draws the same tasks)."""
+        ...
 
-        return ray_worker(trainer)
-    return local_worker(trainer)
+    def weights(self) -> PolicyWeights:
+        """A copy of the current weights, as :attr:`version`."""
+        ...
 
 
 class AsyncRollouts:
@@ -443,32 +442,47 @@ class AsyncRollouts:
     ``max_lag + 1`` steps of jobs.
 
     Args:
-        trainer: the learner.
-        worker: the rollout worker (default: :func:`make_worker`).
+        learner: where jobs, the version and the weights come from.
+        worker: the rollout worker; closed here if starting it fails.
+        first_step: the generation step whose jobs go out first (the learner's step).
+        tasks_per_step: groups the learner trains on per step (per process).
+        world: processes handing out jobs (a step's group ids are unique over them).
+        max_lag: the bounded lag (see the module docstring).
+        timeout_s: how long :meth:`next_batch` waits for the worker.
     """
 
-    def __init__(self, trainer: Trainer, worker: RolloutWorker | None = None) -> None:
-        self.trainer = trainer
-        self.max_lag = trainer.cfg.optim.max_lag
-        self.worker = worker if worker is not None else make_worker(trainer)
-        self.next_step = trainer.step  # the generation step whose jobs go out next
+    def __init__(
+        self,
+        learner: Learner,
+        worker: RolloutWorker,
+        *,
+        first_step: int,
+        tasks_per_step: int,
+        world: int = 1,
+        max_lag: int,
+        timeout_s: float,
+    ) -> None:
+        self.learner = learner
+        self.worker = worker
+        self.tasks_per_step = tasks_per_step
+        self.width = tasks_per_step * world  # group ids per generation step
+        self.max_lag = max_lag
+        self.timeout_s = timeout_s
+        self.next_step = first_step  # the generation step whose jobs go out next
         self._seen, self._seen_wait = RolloutStats(), 0.0
         try:
             self.worker.start()
             for _ in range(self.max_lag + 1):
                 self.submit()
-        except BaseException:  # the trainer never holds this worker: close it here
+        except BaseException:  # the learner never holds this worker: close it here
             self.worker.close()
             raise
 
     def submit(self) -> None:
         """Hand out the jobs of the next generation step (group ids unique per run)."""
-        t = self.trainer
-        width = t.cfg.rollout.tasks_per_step * t.world
-        jobs = t.jobs(self.next_step)
-        self.worker.submit(
-            [dataclasses.replace(j, group=self.next_step * width + j.group) for j in jobs]
-        )
+        jobs = self.learner.jobs(self.next_step)
+        offset = self.next_step * self.width
+        self.worker.submit([dataclasses.replace(j, group=offset + j.group) for j in jobs])
         self.next_step += 1
 
     def next_batch(self) -> tuple[list[Trajectory], RolloutStats, dict[str, float]]:
@@ -476,7 +490,7 @@ class AsyncRollouts:
         worker's generation/env time and tokens since the last batch, and the batch's
         lag and waiting metrics."""
         start = time.perf_counter()
-        groups = self.worker.take(self.trainer.cfg.rollout.tasks_per_step, self.timeout_s)
+        groups = self.worker.take(self.tasks_per_step, self.timeout_s)
         waited = time.perf_counter() - start
         groups.sort(key=lambda g: g.first_key)
         trajs = [t for g in groups for t in g.trajectories]
@@ -487,21 +501,17 @@ class AsyncRollouts:
             stats.env_s - seen.env_s,
             stats.generated_tokens - seen.generated_tokens,
         )
-        metrics = lag_metrics(trajs, self.trainer.version, self.max_lag)
+        metrics = lag_metrics(trajs, self.learner.version, self.max_lag)
         metrics["time_learner_wait_s"] = waited
         metrics["time_worker_wait_s"] = wait_s - self._seen_wait
         self._seen, self._seen_wait = stats, wait_s
         return trajs, delta, metrics
 
-    @property
-    def timeout_s(self) -> float:
-        return self.trainer.cfg.rollout.async_timeout_s
-
     def after_update(self, updated: bool) -> None:
         """After the learner's step: push its new weights (if it updated), then release
         the next generation step's jobs (in this order: see the module docstring)."""
         if updated:
-            self.worker.push(snapshot(self.trainer.lm, self.trainer.version))
+            self.worker.push(self.learner.weights())
         self.submit()
 
     def close(self) -> None:
@@ -512,6 +522,7 @@ __all__ = [
     "AsyncRollouts",
     "FinishedGroup",
     "GroupAssembler",
+    "Learner",
     "LocalPolicy",
     "PolicyWeights",
     "RolloutTimeoutError",
@@ -521,7 +532,5 @@ __all__ = [
     "ThreadRolloutWorker",
     "fresh_tokens",
     "lag_metrics",
-    "local_worker",
-    "make_worker",
     "snapshot",
 ]

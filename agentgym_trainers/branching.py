@@ -75,6 +75,8 @@ import torch
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tools import ToolKind
+from agentgym_envs.core.views import TOOLSET, env_view
+from agentgym_envs.rollout import LocalEnvSlots, snapshot_api
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.advantages import (
     grpo_advantages,
@@ -83,7 +85,6 @@ from agentgym_trainers.algorithms.advantages import (
 )
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.env_slots import LocalEnvSlots, snapshot_api
 from agentgym_trainers.rollout import RolloutRunner, Segment, Trajectory, TurnCheckpoint
 
 log = logging.getLogger(__name__)
@@ -172,8 +173,9 @@ def write_tools(env: gym.Env[Any, Any]) -> frozenset[str]:
     Raises:
         ConfigError: the env declares none (``--branch write`` would never branch).
     """
-    toolset = getattr(env.unwrapped, "toolset", None)
-    names = frozenset(t.canonical for t in (toolset or {}).values() if t.kind is ToolKind.WRITE)
+    tools = env_view(env, TOOLSET)
+    listed = tools.toolset.values() if tools is not None else ()
+    names = frozenset(t.canonical for t in listed if t.kind is ToolKind.WRITE)
     if not names:
         raise ConfigError(
             f"{type(env.unwrapped).__name__} declares no WRITE tool, so --branch write "

@@ -18,7 +18,8 @@ from agentgym_envs.cli import TRAIN_INSTALL
 from agentgym_envs.console import ProgressLog, format_duration, progress_bar
 from agentgym_envs.console import console as shared_console
 from agentgym_envs.core.errors import ConfigError
-from agentgym_trainers.config import TrainConfig, add_arguments, from_args
+from agentgym_trainers.config import GIVEN, TrainConfig, add_arguments, from_args
+from agentgym_trainers.recipes import train_settings
 
 if TYPE_CHECKING:
     from agentgym_trainers.run import ProgressEvent
@@ -36,6 +37,13 @@ def add_parser(sub: Any) -> None:
     )  # no ArgumentDefaultsHelpFormatter: add_arguments puts each default in its help
     add_arguments(p)
     p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="start from the settings of this TOML or JSON file (a learning recipe such as "
+        "agentgym_trainers/configs/frozenlake.toml, whose [train] table is read, a run's "
+        "summary.json, or flat names as keys); flags given here override it",
+    )
+    p.add_argument(
         "--quiet",
         action="store_true",
         help="print no progress (progress.log in the run folder still gets every line)",
@@ -47,7 +55,17 @@ TRAIN_EXTRA = ("torch", "transformers", "gguf", "accelerate", "matplotlib")
 """Top-level modules of the ``train`` extra (see pyproject.toml)."""
 
 
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The config of ``agentgym train``: the flags given, over the ``--config`` file's
+    settings, over the defaults; checked (the env too) before any model loads."""
+    if not args.config:
+        return from_args(args)
+    algo = args.algo if "algo" in getattr(args, GIVEN, ()) else None
+    return from_args(args, under=train_settings(args.config, algo))
+
+
 def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
+    config = train_config(args)  # a bad setting fails before torch loads
     try:  # torch and transformers load only for this command
         from transformers.utils import logging as hf_logging
 
@@ -63,7 +81,6 @@ def cmd_train(args: argparse.Namespace, console: Console | None = None) -> int:
     hf_logging.disable_progress_bar()  # rich prints the progress instead
 
     console = console or shared_console
-    config: TrainConfig = from_args(args)
     logging.basicConfig(level=logging.WARNING)
     first = int(os.environ.get("RANK", "0")) == 0  # one process of a torchrun reports
     run_dir = Path(config.run.run_dir)

@@ -8,6 +8,11 @@ field of every group is one ``--flag``, named after its *flat name* (the group's
 :meth:`TrainConfig.from_flat` builds a config from flat names and
 :meth:`TrainConfig.to_json` writes them back, so ``summary.json`` and checkpoints hold
 one flat dictionary.
+
+Each group checks its own fields when it is built (its ``__post_init__``);
+:class:`TrainConfig` checks only what spans groups, reading the algorithm's traits from
+:data:`ALGO_TRAITS`. The command line (:func:`from_args`) also checks the env
+(:mod:`agentgym_trainers.env_spec`).
 """
 
 from __future__ import annotations
@@ -22,26 +27,56 @@ import json
 import math
 import textwrap
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_trainers.env_spec import EnvSpec
 
-# The algo names and their two config-time properties mirror
-# agentgym_trainers/algorithms/registry.py
-# (this module stays free of torch, so the CLI loads without it);
-# tests/trainers/test_algorithms.py checks that the two agree.
-Algo = Literal["grpo", "rloo", "reinforce", "ppo", "sft"]
 VAL_SPLIT = "val"
 """The split of the training tasks held out by ``val_tasks`` (recipe selection)."""
-ALGOS: tuple[str, ...] = typing.get_args(Algo)
-GROUP_ALGOS = ("grpo", "rloo")
-"""Algorithms that compare the rollouts of a group (``needs_group`` in their module)."""
-IMITATION_ALGOS = ("sft",)
-"""Algorithms without RL steps (``rl`` is False in their module)."""
-BRANCH_ALGOS = ("grpo", "rloo", "reinforce")
-"""Algorithms that take branch rollouts' credit (``--branch``)."""
+
+
+@dataclass(frozen=True)
+class AlgoTraits:
+    """What the configuration must know of an algorithm before torch loads, and where its
+    class is. Declared once, in :data:`ALGO_TRAITS`: the checks below read it, the
+    registry imports ``impl``, and each
+    :class:`~agentgym_trainers.algorithms.base.Algorithm` class reads its own entry."""
+
+    impl: str
+    """``module:Class`` of the :class:`~agentgym_trainers.algorithms.base.Algorithm`,
+    imported by the registry (never by the torch-free config)."""
+    needs_group: bool = False
+    """Compares the rollouts of a group, so ``group_size`` must be at least 2."""
+    needs_value_head: bool = False
+    """Trains a critic: the trainer adds a value head and its parameters."""
+    rl: bool = True
+    """Runs RL steps (False: the run is only the SFT warm start)."""
+    branch_credit: bool = False
+    """Takes branch rollouts' per-turn credit (``--branch``)."""
+
+
+_ALGORITHMS = "agentgym_trainers.algorithms"
+ALGO_TRAITS: dict[str, AlgoTraits] = {
+    "grpo": AlgoTraits(f"{_ALGORITHMS}.group:GRPO", needs_group=True, branch_credit=True),
+    "rloo": AlgoTraits(f"{_ALGORITHMS}.group:RLOO", needs_group=True, branch_credit=True),
+    "reinforce": AlgoTraits(f"{_ALGORITHMS}.reinforce:Reinforce", branch_credit=True),
+    "ppo": AlgoTraits(f"{_ALGORITHMS}.ppo:PPO", needs_value_head=True),
+    "sft": AlgoTraits(f"{_ALGORITHMS}.sft:SFT", rl=False),
+}
+"""Every ``algo`` name (the command line's choices, in this order), its traits and its
+class. A new algorithm is its module plus one entry here."""
+ALGOS: tuple[str, ...] = tuple(ALGO_TRAITS)
+
+
+def _at_least(owner: object, low: int, *names: str) -> None:
+    """Raise ConfigError for the first of ``names`` (fields of ``owner``) below ``low``."""
+    for name in names:
+        value = getattr(owner, name)
+        if value < low:
+            raise ConfigError(f"{name} must be >= {low}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -69,6 +104,13 @@ class DataConfig:
     """Grow the training split to N tasks with the env's own task generator (validated
     like the shipped tasks, none sharing an initial state with any shipped task, so no
     held-out task leaks in); needs --difficulty (0: the shipped tasks only)."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "val_tasks", "train_pool")
+
+    def env_spec(self) -> EnvSpec:
+        """``env`` and ``env_kwargs`` typed and checked (see :class:`EnvSpec`)."""
+        return EnvSpec.parse(self.env, self.env_kwargs)
 
 
 @dataclass(frozen=True)
@@ -137,6 +179,21 @@ class RolloutConfig:
     envs_per_actor: int = 1
     """With --env-backend ray: envs hosted by one actor (each on a thread there)."""
 
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "tasks_per_step", "group_size", "n_envs")
+        _at_least(self, 1, "max_new_tokens", "max_context")
+        if self.max_new_tokens >= self.max_context:
+            raise ConfigError("max_new_tokens must be smaller than max_context")
+        _at_least(self, 1, "envs_per_actor")
+        if not self.async_timeout_s > 0:
+            raise ConfigError(f"async_timeout_s must be > 0 seconds, got {self.async_timeout_s}")
+        if self.rollout_worker != "thread" and self.rollout != "async":
+            raise ConfigError(
+                f"--rollout-worker {self.rollout_worker} places the asynchronous rollout "
+                "worker: add --rollout async, or drop --rollout-worker (synchronous rollouts "
+                "play in the learner's process)"
+            )
+
 
 @dataclass(frozen=True)
 class OptimConfig:
@@ -171,6 +228,14 @@ class OptimConfig:
     episode are masked and its fresher turns train."""
     tis_cap: float = 2.0
     """Truncated importance sampling cap C in min(pi_old/mu, C)."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "epochs", "minibatches", "micro_batch_size")
+        if self.target_kl < 0 or self.vf_lr < 0:
+            raise ConfigError("target_kl and vf_lr must be >= 0")
+        _at_least(self, 0, "warmup_steps")
+        if self.max_lag < 0 or self.tis_cap < 1.0:
+            raise ConfigError("max_lag must be >= 0 and tis_cap >= 1")
 
 
 @dataclass(frozen=True)
@@ -214,9 +279,32 @@ class AdvantageConfig:
     Metrics tool_credit_turns, tool_credit_tokens, tool_credit_unplaced (see
     agentgym_trainers/tool_credit.py)."""
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
+            raise ConfigError("gamma and lam must be in [0, 1]")
+        if self.time_discount < 0:
+            raise ConfigError("time_discount must be >= 0 (a rate per second)")
+        if not 0.0 <= self.baseline_decay < 1.0:
+            raise ConfigError(f"baseline_decay must be in [0, 1), got {self.baseline_decay}")
+        if self.branch != "none" and (self.branch_k < 2 or self.branch_max_turns < 1):
+            raise ConfigError(
+                f"--branch needs --branch-k >= 2 (the original action and at least one "
+                f"branch) and --branch-max-turns >= 1, got {self.branch_k} and "
+                f"{self.branch_max_turns}"
+            )
+        if not (math.isfinite(self.tool_credit) and self.tool_credit >= 0):
+            raise ConfigError(
+                "tool_credit must be a finite number >= 0 (the advantage taken from the "
+                f"tokens of a wrong part of a turn; 0 turns it off), got {self.tool_credit}"
+            )
+
+
+KLEstimator = Literal["k1", "k2", "k3"]
+"""The per-token KL estimators (agentgym_trainers.algorithms.losses.kl_estimate)."""
+
 
 @dataclass(frozen=True)
-class ObjectiveConfig:
+class LossConfig:
     """The terms of the loss: ratio clipping, KL, entropy and the value loss."""
 
     clip_low: float = 0.2
@@ -228,7 +316,7 @@ class ObjectiveConfig:
     kl_coef: float = 0.0
     """Coefficient of the KL to the reference: the policy when RL starts, after the SFT
     warm start (0: no reference model)."""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: KLEstimator = "k3"
     """Per-token KL estimator: k1 = logp - ref, k2 = (logp - ref)^2/2, k3 = e^d - d - 1."""
     kl_in_reward: bool = False
     """Charge the KL as a per-token reward penalty (computed once on the rollout's tokens,
@@ -245,6 +333,35 @@ class ObjectiveConfig:
     the policy's weights (ppo)."""
     vf_clip: float | None = 0.2
     """Value clipping range (ppo)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"LossConfig.{f.name} must be a finite number, got {value}")
+        if not 0.0 <= self.clip_low < 1.0:
+            raise ConfigError(f"LossConfig.clip_low must be in [0, 1), got {self.clip_low}")
+        if self.clip_high < 0.0:
+            raise ConfigError(f"LossConfig.clip_high must be >= 0, got {self.clip_high}")
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ConfigError(
+                f"LossConfig.dual_clip must be None or > 1, got {self.dual_clip}; "
+                "typical values are 3 to 10"
+            )
+        for name in ("kl_coef", "entropy_coef", "vf_coef"):
+            if getattr(self, name) < 0.0:
+                raise ConfigError(f"LossConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.vf_clip is not None and self.vf_clip <= 0.0:
+            raise ConfigError(
+                f"LossConfig.vf_clip must be None (no clipping) or > 0, got {self.vf_clip}"
+            )
+        if self.kl_estimator not in typing.get_args(KLEstimator):
+            raise ConfigError(
+                f"LossConfig.kl_estimator must be one of {typing.get_args(KLEstimator)}, "
+                f"got {self.kl_estimator!r}"
+            )
+        if self.kl_in_reward and self.kl_coef <= 0:
+            raise ConfigError("kl_in_reward needs --kl-coef > 0 (the penalty's weight)")
 
 
 @dataclass(frozen=True)
@@ -267,9 +384,18 @@ class SFTConfig:
     stop_window: int = 25
     """SFT steps whose mean loss ``stop_loss`` reads."""
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.stop_loss) and self.stop_loss >= 0):
+            raise ConfigError(
+                f"sft_stop_loss must be a finite number >= 0 (0: no early stop), got "
+                f"{self.stop_loss}"
+            )
+        if self.stop_window < 1:
+            raise ConfigError(f"sft_stop_window must be >= 1, got {self.stop_window}")
+
 
 @dataclass(frozen=True)
-class EvalConfig:
+class HeldOutEvalConfig:
     """The held-out evaluation before and after training."""
 
     PREFIX: ClassVar[str] = "eval_"
@@ -308,6 +434,12 @@ class RunConfig:
     in run_dir/wandb, offline unless WANDB_API_KEY or WANDB_MODE is set; extra wandb).
     (default: none, only metrics.jsonl and curves.png)"""
 
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "steps", "keep_checkpoints")  # steps 0: SFT alone (TrainConfig)
+        from agentgym_trainers.runlog import parse_trackers  # no torch: the CLI stays light
+
+        parse_trackers(self.log_to)  # a bad name or a missing package fails here
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -317,7 +449,7 @@ class TrainConfig:
     run_dir gets metrics.jsonl, curves.png, checkpoints and the held-out evaluations. The
     options below are this config's fields, grouped by section."""
 
-    algo: Algo = "grpo"
+    algo: str = field(default="grpo", metadata={"choices": ALGOS})
     """grpo, rloo, reinforce, ppo (value head + GAE), or sft (oracle imitation only)."""
     data: DataConfig = field(default_factory=DataConfig)
     """The env and its tasks."""
@@ -329,16 +461,18 @@ class TrainConfig:
     """Optimizer, schedule and updates per rollout batch."""
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     """Discounts, baselines, GAE and whitening."""
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    objective: LossConfig = field(default_factory=LossConfig)
     """Clipping, KL, entropy and value-loss terms."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """The SFT warm start."""
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    eval: HeldOutEvalConfig = field(default_factory=HeldOutEvalConfig)
     """The evaluation before and after training."""
     run: RunConfig = field(default_factory=RunConfig)
     """Steps, output folder and checkpoints."""
 
     def __post_init__(self) -> None:
+        """Each group checks its own fields when it is built; this checks what spans
+        groups (and the algorithm's traits)."""
         for name, want in _GROUPS.items():
             got = getattr(self, name)
             if not isinstance(got, want):
@@ -346,106 +480,45 @@ class TrainConfig:
                     f"TrainConfig.{name} must be a {want.__name__}, got {type(got).__name__}; "
                     "build a config from flat names with TrainConfig.from_flat(...)"
                 )
-        r, o, a = self.rollout, self.optim, self.advantage
-        sizes = {
-            "steps": self.run.steps,
-            "tasks_per_step": r.tasks_per_step,
-            "group_size": r.group_size,
-            "n_envs": r.n_envs,
-            "max_new_tokens": r.max_new_tokens,
-            "max_context": r.max_context,
-            "epochs": o.epochs,
-            "minibatches": o.minibatches,
-            "micro_batch_size": o.micro_batch_size,
-        }
-        for name, value in sizes.items():
-            if value < 1 and not (name == "steps" and self.algo in IMITATION_ALGOS):
-                raise ConfigError(f"{name} must be >= 1, got {value}")
-        if self.algo not in ALGOS:
+        if self.algo not in ALGO_TRAITS:
             raise ConfigError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        if self.algo in GROUP_ALGOS and r.group_size < 2:
+        traits = ALGO_TRAITS[self.algo]
+        if traits.rl and self.run.steps < 1:
+            raise ConfigError(f"steps must be >= 1, got {self.run.steps}")
+        if traits.needs_group and self.rollout.group_size < 2:
             raise ConfigError(f"{self.algo} compares rollouts of a group: set --group-size >= 2")
-        if r.max_new_tokens >= r.max_context:
-            raise ConfigError("max_new_tokens must be smaller than max_context")
-        if self.data.val_tasks < 0:
-            raise ConfigError(f"val_tasks must be >= 0, got {self.data.val_tasks}")
-        if self.data.train_pool < 0:
-            raise ConfigError(f"train_pool must be >= 0, got {self.data.train_pool}")
-        if not (math.isfinite(self.sft.stop_loss) and self.sft.stop_loss >= 0):
-            raise ConfigError(
-                f"sft_stop_loss must be a finite number >= 0 (0: no early stop), got "
-                f"{self.sft.stop_loss}"
-            )
-        if self.sft.stop_window < 1:
-            raise ConfigError(f"sft_stop_window must be >= 1, got {self.sft.stop_window}")
         if self.eval.split == VAL_SPLIT and self.data.val_tasks == 0 and self.eval.episodes:
             raise ConfigError(
                 "--eval-split val evaluates the tasks held out by --val-tasks: set --val-tasks N"
             )
-        if o.target_kl < 0 or o.vf_lr < 0 or self.run.keep_checkpoints < 0:
-            raise ConfigError("target_kl, vf_lr and keep_checkpoints must be >= 0")
-        if self.objective.kl_in_reward and self.objective.kl_coef <= 0:
-            raise ConfigError("kl_in_reward needs --kl-coef > 0 (the penalty's weight)")
-        if o.warmup_steps < 0:
-            raise ConfigError(f"warmup_steps must be >= 0, got {o.warmup_steps}")
-        if o.max_lag < 0 or o.tis_cap < 1.0:
-            raise ConfigError("max_lag must be >= 0 and tis_cap >= 1")
-        if r.envs_per_actor < 1:
-            raise ConfigError(f"envs_per_actor must be >= 1, got {r.envs_per_actor}")
-        if not r.async_timeout_s > 0:
-            raise ConfigError(f"async_timeout_s must be > 0 seconds, got {r.async_timeout_s}")
-        if r.rollout_worker != "thread" and r.rollout != "async":
-            raise ConfigError(
-                f"--rollout-worker {r.rollout_worker} places the asynchronous rollout worker: "
-                "add --rollout async, or drop --rollout-worker (synchronous rollouts play "
-                "in the learner's process)"
-            )
-        if not 0.0 <= a.gamma <= 1.0 or not 0.0 <= a.lam <= 1.0:
-            raise ConfigError("gamma and lam must be in [0, 1]")
-        if a.time_discount < 0:
-            raise ConfigError("time_discount must be >= 0 (a rate per second)")
-        if not 0.0 <= a.baseline_decay < 1.0:
-            raise ConfigError(f"baseline_decay must be in [0, 1), got {a.baseline_decay}")
-        if a.branch != "none":
+        if self.advantage.branch != "none":
             self._check_branch()
-        if not (math.isfinite(a.tool_credit) and a.tool_credit >= 0):
-            raise ConfigError(
-                "tool_credit must be a finite number >= 0 (the advantage taken from the "
-                f"tokens of a wrong part of a turn; 0 turns it off), got {a.tool_credit}"
-            )
-        if a.tool_credit > 0 and self.algo in IMITATION_ALGOS:
+        if self.advantage.tool_credit > 0 and not traits.rl:
             raise ConfigError(
                 f"--tool-credit lowers RL advantages, and algo {self.algo} runs no RL "
                 "steps: drop --tool-credit or choose an RL --algo"
             )
-        if self.algo in IMITATION_ALGOS and self.sft.steps < 1:
+        if not traits.rl and self.sft.steps < 1:
             raise ConfigError(f"algo {self.algo} needs --sft-steps >= 1")
-        from agentgym_trainers.runlog import parse_trackers  # no torch: the CLI stays light
-
-        parse_trackers(self.run.log_to)  # a bad name or a missing package fails here
 
     def _check_branch(self) -> None:
         a = self.advantage
-        if self.algo not in BRANCH_ALGOS:
+        traits = ALGO_TRAITS[self.algo]
+        if not traits.branch_credit:
             why = (
-                "ppo credits turns with its critic (GAE)"
-                if self.algo == "ppo"
+                f"{self.algo} credits turns with its critic (GAE)"
+                if traits.needs_value_head
                 else f"{self.algo} runs no RL steps"
             )
+            able = ", ".join(n for n, t in ALGO_TRAITS.items() if t.branch_credit)
             raise ConfigError(
-                f"--branch {a.branch} works with {', '.join(BRANCH_ALGOS)}, not {self.algo} "
+                f"--branch {a.branch} works with {able}, not {self.algo} "
                 f"({why}): change --algo or use --branch none"
             )
         if self.rollout.rollout != "sync":
             raise ConfigError(
                 f"--branch {a.branch} plays its branches after the step's episodes, which "
                 "--rollout async does not do yet: use --rollout sync or --branch none"
-            )
-        if a.branch_k < 2 or a.branch_max_turns < 1:
-            raise ConfigError(
-                f"--branch needs --branch-k >= 2 (the original action and at least one "
-                f"branch) and --branch-max-turns >= 1, got {a.branch_k} and "
-                f"{a.branch_max_turns}"
             )
 
     @classmethod
@@ -503,9 +576,9 @@ _GROUPS: dict[str, type] = {
     "rollout": RolloutConfig,
     "optim": OptimConfig,
     "advantage": AdvantageConfig,
-    "objective": ObjectiveConfig,
+    "objective": LossConfig,
     "sft": SFTConfig,
-    "eval": EvalConfig,
+    "eval": HeldOutEvalConfig,
     "run": RunConfig,
 }
 """TrainConfig's nested groups by attribute."""
@@ -615,6 +688,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> N
             hints[owner] = typing.get_type_hints(owner)
         hint = hints[owner][f.name]
         kind, extra = _parser_type(hint)
+        if "choices" in f.metadata:  # a str field whose values a table declares (algo)
+            extra["choices"] = list(f.metadata["choices"])
         factory: Any = f.default_factory
         default = f.default if f.default is not dataclasses.MISSING else factory()
         if hint is bool:
@@ -626,6 +701,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> N
         doc = docs[flat] if "(default:" in docs[flat] else f"{docs[flat]} (default: {shown})"
         sections[group].add_argument(
             "--" + flat.replace("_", "-"),
+            action=_Store,
             dest=flat,
             type=kind,
             default=default,
@@ -634,9 +710,45 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> N
         )
 
 
-def from_args(args: argparse.Namespace, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """Build the config from parsed arguments (validation errors name the flag)."""
-    return cls.from_flat(**{flat: getattr(args, flat) for flat in flat_fields(cls)})
+GIVEN = "_given_flags"
+"""The namespace attribute where :class:`_Store` records the flags given on the command line."""
+
+
+class _Store(argparse.Action):
+    """``store``, and note that the flag was given (so a config file yields to it)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, GIVEN, getattr(namespace, GIVEN, frozenset()) | {self.dest})
+
+
+def from_args(
+    args: argparse.Namespace,
+    cls: type[TrainConfig] = TrainConfig,
+    under: Mapping[str, Any] | None = None,
+) -> TrainConfig:
+    """Build the config from parsed arguments (validation errors name the flag), and
+    check its env (:meth:`~agentgym_trainers.env_spec.EnvSpec.parse`): a wrong env id or
+    env setting fails here, before any model loads.
+
+    Args:
+        args: what :func:`add_arguments`' flags parsed.
+        cls: the config class.
+        under: flat settings (a config file's) that flags given on the command line
+            override and that override the defaults.
+    """
+    given: frozenset[str] = getattr(args, GIVEN, frozenset())
+    values = {flat: getattr(args, flat) for flat in flat_fields(cls)}
+    values.update({k: v for k, v in (under or {}).items() if k not in given})
+    config = cls.from_flat(**values)
+    config.data.env_spec()
+    return config
 
 
 def parse(argv: Sequence[str] | None = None) -> TrainConfig:

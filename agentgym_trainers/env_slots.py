@@ -1,277 +1,32 @@
-"""Where a rollout runner's env slots live: in this process, or on a Ray env pool.
+"""The trainer's env slots: how its envs are built, and its Ray env pool.
 
-:class:`~agentgym_trainers.rollout.RolloutRunner` plays one episode per slot and steps
-all its live slots once per generation call. It talks to its slots through
-:class:`EnvSlots` (reset one slot, step several at once, a scripted policy per slot),
-which two classes satisfy:
-
-* :class:`LocalEnvSlots` -- ``n`` envs built in this process (``--env-backend local``);
-  an env that raises is closed and rebuilt, its episode an ``env_error``;
-* :class:`PoolEnvSlots` -- the slots of a
-  :class:`~agentgym_envs.distributed.pool.RayEnvPool` (``--env-backend ray``): one
-  generation call's steps go to the actors at once; an actor that dies or hangs ends its
-  episodes as ``env_error`` and the pool restarts it.
-
-Both answer with the pool's :class:`~agentgym_envs.distributed.results.SlotResult`, so a
-crash looks the same wherever the env lives (``crashed``, ``error``, an ``env_error``
-info). A :class:`~agentgym_envs.core.errors.ConfigError` the env raises (its settings
+:class:`~agentgym_trainers.rollout.RolloutRunner` plays on the env slots of
+:mod:`agentgym_envs.rollout` (:class:`~agentgym_envs.rollout.EnvSlots`): ``n`` envs in
+this process (:class:`~agentgym_envs.rollout.LocalEnvSlots`, ``--env-backend local``)
+or the slots of a Ray env pool (:func:`pool_slots`, ``--env-backend ray``). Both are
+strict: a :class:`~agentgym_envs.core.errors.ConfigError` the env raises (its settings
 cannot work: a ``local_weight`` too large for its step budget, an unknown difficulty)
-is no crash: both raise it, and the run stops with its message instead of masking every
-episode as an ``env_error``. Both take and restore snapshots of a slot's episode
-through the public snapshot API (``env.unwrapped.get_state()``/``set_state()``), which
-branch rollouts use; state that wrappers keep outside the env (Gymnasium's
-``TimeLimit`` count) is not in it.
-
-Scripted policies that need the live env (the oracle of the SFT warm start) run next to
-it: in-process they get the env, on a pool only :func:`oracle_script` is
-accepted, and it runs in the actor (``RayEnvPool.oracle_act``).
+stops the run with its message instead of masking every episode as an ``env_error``.
+What is the trainer's own lives here: the envs' ``gym.make`` arguments (with a grown
+task set, :func:`trainer_env_kwargs`), the factory its pool pickles into the actors
+(:func:`make_trainer_env`) and the pool itself (:func:`pool_slots`).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
-import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.distributed.results import (
-    ActorLost,
-    Call,
-    CrashCode,
-    SlotResult,
-    crashed_result,
-)
+from agentgym_envs.rollout import RayEnvSlots
 
 if TYPE_CHECKING:
-    from agentgym_envs.distributed.pool import RayEnvPool
     from agentgym_trainers.config import DataConfig
-
-log = logging.getLogger(__name__)
-
-Script = Callable[[gym.Env[Any, Any]], Callable[[], str]]
-"""A scripted policy: given a freshly reset env, the function that gives its next action."""
-
-
-def oracle_script(env: gym.Env[Any, Any]) -> Callable[[], str]:
-    """The env's scripted solver (``env.unwrapped.oracle().act``), made for the episode
-    that was just reset. A pool runs it in the env's actor instead."""
-    act: Callable[[], str] = env.unwrapped.oracle().act  # type: ignore[attr-defined]
-    return act
-
-
-class EnvSlots(Protocol):
-    """The env slots a rollout runner plays on (see the module docstring)."""
-
-    def __len__(self) -> int: ...
-
-    def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
-        """Reset slot ``i`` (``obs`` and ``info`` of the result), or a crashed result."""
-        ...
-
-    def step_many(self, actions: Sequence[tuple[int, str]]) -> list[SlotResult]:
-        """Step each ``(slot, action)``; results in order, crashed ones included."""
-        ...
-
-    def script(self, i: int, script: Script) -> Callable[[], str]:
-        """``script`` bound to slot ``i``'s episode that was just reset."""
-        ...
-
-    def get_states(self, slots: Sequence[int]) -> list[Any]:
-        """The snapshot of each slot's episode (taken in parallel where the envs are
-        remote), None where the env (or its actor) broke while taking it."""
-        ...
-
-    def set_state(self, i: int, state: Any) -> SlotResult:
-        """Restore a snapshot into slot ``i`` (a reset to that state, ``call`` RESET with
-        no observation), or a crashed result."""
-        ...
-
-    def close(self) -> None:
-        """Close every env (and the actors hosting them)."""
-        ...
-
-
-class LocalEnvSlots:
-    """``n`` envs built by ``make_env`` in this process.
-
-    Args:
-        make_env: builds one env (called ``n`` times, and again after an env crash).
-        n: slots.
-    """
-
-    def __init__(self, make_env: Callable[[], gym.Env[Any, Any]], n: int) -> None:
-        self.make_env = make_env
-        self.envs = [make_env() for _ in range(n)]
-        self._was_reset = [False] * n
-
-    def __len__(self) -> int:
-        return len(self.envs)
-
-    def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
-        opts = dict(options) if options is not None else None
-        try:
-            obs, info = self.envs[i].reset(seed=seed, options=opts)
-        except ConfigError:  # a configuration mistake: the run stops with its fix
-            raise
-        except Exception as exc:  # an env crash is an env error, never a policy failure
-            return self._crashed(i, Call.RESET, exc)
-        self._was_reset[i] = True
-        return SlotResult(i, Call.RESET, obs, info=info)
-
-    def step_many(self, actions: Sequence[tuple[int, str]]) -> list[SlotResult]:
-        return [self._step(i, action) for i, action in actions]
-
-    def script(self, i: int, script: Script) -> Callable[[], str]:
-        return script(self.envs[i])
-
-    def get_states(self, slots: Sequence[int]) -> list[Any]:
-        """Raises:
-        ConfigError: an env has no snapshot API (``get_state``/``set_state``)."""
-        return [self._snapshot(i) for i in slots]
-
-    def _snapshot(self, i: int) -> Any:
-        inner = snapshot_api(self.envs[i])
-        try:
-            return inner.get_state()
-        except Exception as exc:
-            log.warning("env snapshot failed (slot %d): %r", i, exc)
-            return None
-
-    def set_state(self, i: int, state: Any) -> SlotResult:
-        env = self.envs[i]
-        inner = snapshot_api(env)
-        try:
-            if not self._was_reset[i]:  # wrappers refuse a step before a reset
-                env.reset(seed=0)
-                self._was_reset[i] = True
-            inner.set_state(state)
-        except ConfigError:
-            raise
-        except Exception as exc:
-            return self._crashed(i, Call.RESET, exc)
-        return SlotResult(i, Call.RESET)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-    def _step(self, i: int, action: str) -> SlotResult:
-        try:
-            obs, reward, terminated, truncated, info = self.envs[i].step(action)
-        except ConfigError:
-            raise
-        except Exception as exc:
-            return self._crashed(i, Call.STEP, exc)
-        return SlotResult(i, Call.STEP, obs, float(reward), terminated, truncated, info)
-
-    def _crashed(self, i: int, call: Call, exc: Exception) -> SlotResult:
-        """The crash as a result; the env is closed and replaced by a new one."""
-        log.warning("env crashed (slot %d): %r; replacing it", i, exc)
-        try:
-            self.envs[i].close()
-        finally:
-            self.envs[i] = self.make_env()
-            self._was_reset[i] = False
-        message = f"{type(exc).__name__}: {exc}"
-        return crashed_result(i, call, CrashCode.ENV_EXCEPTION, message)
-
-
-class PoolEnvSlots:
-    """The slots of a Ray env pool (which this object closes).
-
-    Args:
-        pool: the pool; its length is the number of slots.
-    """
-
-    def __init__(self, pool: RayEnvPool) -> None:
-        self.pool = pool
-
-    def __len__(self) -> int:
-        return len(self.pool)
-
-    def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
-        return _config_checked(self.pool.reset(i, seed, options))
-
-    def step_many(self, actions: Sequence[tuple[int, str]]) -> list[SlotResult]:
-        return [_config_checked(r) for r in self.pool.step_many(actions)]
-
-    def script(self, i: int, script: Script) -> Callable[[], str]:
-        """Raises:
-        ConfigError: ``script`` is not :func:`oracle_script` (only the oracle runs in
-            the actor next to its env)."""
-        if script is not oracle_script:
-            raise ConfigError(
-                f"a Ray env pool runs only the oracle as a scripted policy, got {script!r}; "
-                "pass agentgym_trainers.env_slots.oracle_script, or use --env-backend local "
-                "for scripts that need the env object"
-            )
-        return functools.partial(self._oracle_act, i)
-
-    def get_states(self, slots: Sequence[int]) -> list[Any]:
-        """Taken on the actors in parallel, so a turn's snapshots cost one round trip."""
-        out = []
-        for i, state in zip(slots, self.pool.get_state_many(slots), strict=True):
-            # ActorLost, or the env's own exception from its actor: no branch from here
-            if isinstance(state, Exception):
-                log.warning("env snapshot failed (slot %d): %r", i, state)
-                state = None
-            out.append(state)
-        return out
-
-    def set_state(self, i: int, state: Any) -> SlotResult:
-        try:
-            self.pool.set_state(i, state)
-        except ConfigError:  # raised in the actor (Ray's error is an instance of it)
-            raise
-        except ActorLost as exc:
-            return crashed_result(i, Call.RESET, CrashCode.EPISODE_LOST, str(exc))
-        except Exception as exc:  # the env's own exception, raised in its actor
-            message = f"{type(exc).__name__}: {exc}"
-            return crashed_result(i, Call.RESET, CrashCode.ENV_EXCEPTION, message)
-        return SlotResult(i, Call.RESET)
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def _oracle_act(self, i: int) -> str:
-        try:
-            return self.pool.oracle_act(i)
-        except ActorLost as exc:
-            # the episode is gone with its actor: the step that follows comes back
-            # crashed (episode_lost), which ends the episode as an env_error
-            log.warning("slot %d: the oracle's actor was lost (%s)", i, exc)
-            return ""
-
-
-def _config_checked(result: SlotResult) -> SlotResult:
-    """``result``, unless the env raised a ConfigError in its actor: that is raised here.
-
-    Raises:
-        ConfigError: the env refused its configuration (the pool's ``config_error``)."""
-    if result.code is CrashCode.CONFIG_ERROR:
-        raise ConfigError(result.error)
-    return result
-
-
-def snapshot_api(env: gym.Env[Any, Any]) -> Any:
-    """``env.unwrapped``, checked to have ``get_state`` and ``set_state``.
-
-    Raises:
-        ConfigError: it has not.
-    """
-    inner = env.unwrapped
-    if not (
-        callable(getattr(inner, "get_state", None)) and callable(getattr(inner, "set_state", None))
-    ):
-        raise ConfigError(
-            f"{type(inner).__name__} has no snapshot API (get_state/set_state), which "
-            "branch rollouts need; add it (see docs/architecture.md section 2) or use --branch none"
-        )
-    return inner
 
 
 def trainer_env_kwargs(data: DataConfig) -> dict[str, Any]:
@@ -305,27 +60,24 @@ def trainer_env_kwargs(data: DataConfig) -> dict[str, Any]:
 def _grown_tasks(env_id: str, kwargs_json: str, split: str, difficulty: str, total: int) -> Any:
     from agentgym_envs.core.env import AgentEnv
     from agentgym_envs.core.tasks import grow_split
+    from agentgym_envs.core.views import TASK_GENERATOR, env_view
 
     env = make_trainer_env(env_id, json.loads(kwargs_json))
     try:
-        inner = env.unwrapped
-        task_set = getattr(inner, "task_set", None)
+        gen = env_view(env, TASK_GENERATOR)
         # AgentEnv's own generate_task only raises: a family must define its own
-        generate = getattr(getattr(type(inner), "generate_task", None), "__func__", None)
-        if task_set is None or generate in (
-            None,
-            getattr(AgentEnv.generate_task, "__func__", None),
-        ):
+        own = inspect.getattr_static(type(gen), "generate_task", None) if gen else None
+        if gen is None or own is None or own is AgentEnv.__dict__["generate_task"]:
             raise ConfigError(
                 f"{env_id} has no task generator, so --train-pool cannot grow its tasks"
             )
-        shipped = len(task_set.pool(split, difficulty))
+        shipped = len(gen.task_set.pool(split, difficulty))
         if total <= shipped:
             raise ConfigError(
                 f"--train-pool {total} is not above the {shipped} shipped {split}/{difficulty} "
                 "tasks, so it would change nothing: ask for more, or 0 for the shipped ones"
             )
-        return grow_split(type(inner), task_set, split, difficulty, total)
+        return grow_split(type(gen), gen.task_set, split, difficulty, total)
     finally:
         env.close()
 
@@ -349,8 +101,8 @@ def pool_slots(
     make_env: Callable[[], gym.Env[Any, Any]] | None = None,
     envs_per_actor: int = 1,
     address: str | None = None,
-) -> PoolEnvSlots:
-    """``n`` slots on a new :class:`~agentgym_envs.distributed.pool.RayEnvPool`.
+) -> RayEnvSlots:
+    """``n`` strict slots on a new :class:`~agentgym_envs.distributed.pool.RayEnvPool`.
 
     Args:
         env_id: the env (its family sets the actors' default resources).
@@ -370,17 +122,11 @@ def pool_slots(
     pool = RayEnvPool(
         env_id, n, factory=factory, envs_per_actor=envs_per_actor, address=address or None
     )
-    return PoolEnvSlots(pool)
+    return RayEnvSlots(pool)
 
 
 __all__ = [
-    "EnvSlots",
-    "LocalEnvSlots",
-    "PoolEnvSlots",
-    "Script",
     "make_trainer_env",
-    "oracle_script",
     "pool_slots",
-    "snapshot_api",
     "trainer_env_kwargs",
 ]

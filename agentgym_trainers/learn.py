@@ -1,8 +1,9 @@
 """The CPU learning proof: a weak SFT warm start, then RL, on held-out tasks.
 
-``python -m agentgym_trainers.learn`` (``make learn``) runs each committed :class:`Recipe` for
-GRPO, RLOO and PPO from the same small model and the same SFT warm start, and writes
-``docs/results/cpu/<recipe>/``:
+``python -m agentgym_trainers.learn`` (``make learn``) runs each committed recipe (the files
+``agentgym_trainers/configs/*.toml``, read by :mod:`agentgym_trainers.recipes`; a copy is run
+by its path) for GRPO, RLOO and PPO from the same small model and the same SFT warm start,
+and writes ``docs/results/cpu/<recipe>/``:
 
 * ``summary.json``: for each algorithm and phase (``before_sft``, ``after_sft``,
   ``after_rl``) the held-out success, its 95% Wilson interval, ``n``, the split and the
@@ -40,13 +41,12 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.metrics import wilson_interval
-from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.recipes import RECIPES, Recipe, find_recipe
 from agentgym_trainers.run import train
 from agentgym_trainers.runlog import read_metrics
 
@@ -54,45 +54,6 @@ log = logging.getLogger(__name__)
 
 PHASES = {"before_sft": "eval_initial", "after_sft": "eval_before", "after_rl": "eval_after"}
 RESULTS = Path("docs/results/cpu")
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A small Llama built from scratch (seeded init).
-
-    ``vocab_size`` 0 keeps the SmolLM2 tokenizer; otherwise the model gets a byte-level
-    BPE vocabulary of that size fitted to the recipe env's oracle chats
-    (:func:`agentgym_trainers.vocab.fit_tokenizer`).
-    """
-
-    vocab_size: int = 0
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 128
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One learning proof: an env, a model shape, an SFT warm start and RL settings.
-
-    ``train`` holds the :class:`~agentgym_trainers.config.TrainConfig` fields shared by every
-    algorithm (SFT, RL, evaluation); ``per_algo`` the few that differ.
-    """
-
-    name: str
-    model: ModelShape
-    train: dict[str, Any]
-    per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
-    algos: tuple[str, ...] = ("grpo", "rloo", "ppo")
-    primary: str = "grpo"
-    why: str = ""
-
-    def config(self, algo: str, model: str, run_dir: Path, **overrides: Any) -> TrainConfig:
-        fields = {**self.train, **self.per_algo.get(algo, {}), **overrides}
-        return TrainConfig.from_flat(algo=algo, model=model, run_dir=str(run_dir), **fields)
 
 
 def build_model(recipe: Recipe, folder: Path) -> Path:
@@ -522,10 +483,14 @@ def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from agentgym_trainers.recipes import RECIPES
-
     parser = argparse.ArgumentParser(prog="python -m agentgym_trainers.learn", description=__doc__)
-    parser.add_argument("recipes", nargs="*", default=list(RECIPES), help="recipe names")
+    parser.add_argument(
+        "recipes",
+        nargs="*",
+        default=list(RECIPES),
+        help=f"recipe names ({', '.join(RECIPES)}; default: all) or the paths of recipe files "
+        "(copies of agentgym_trainers/configs/*.toml)",
+    )
     parser.add_argument("--algos", nargs="+", help="algorithms (default: the recipe's)")
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--work", default="runs/learn", help="run folders")
@@ -563,14 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # also slower)
     torch.set_num_threads(1)
     command = shlex.join(["python", "-m", "agentgym_trainers.learn", *(argv or sys.argv[1:])])
-    for name in args.recipes:
-        if name not in RECIPES:
-            raise ConfigError(f"unknown recipe {name!r}; use one of {sorted(RECIPES)}")
-        recipe = RECIPES[name]
+    for recipe in [find_recipe(name) for name in args.recipes]:  # all checked first
         run_recipe(
             recipe,
-            Path(args.out) / name,
-            Path(args.work) / name,
+            Path(args.out) / recipe.name,
+            Path(args.work) / recipe.name,
             args.algos,
             command=command,
             from_runs=args.from_runs,

@@ -37,7 +37,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -55,15 +55,11 @@ from agentgym_trainers.async_rollout import (
     RolloutTimeoutError,
     RolloutWorkerError,
     ThreadRolloutWorker,
-    snapshot,
 )
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.env_slots import make_trainer_env, pool_slots, trainer_env_kwargs
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, RolloutStats
-from agentgym_trainers.trainer import rollout_engine, rollout_runner, rollout_sampler
-
-if TYPE_CHECKING:
-    from agentgym_trainers.trainer import Trainer
+from agentgym_trainers.rollout_setup import rollout_engine, rollout_runner, rollout_sampler
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +71,8 @@ EnvMaker = Callable[[], gym.Env[Any, Any]]
 
 @dataclass(frozen=True)
 class ActorSpec:
-    """What a rollout actor is built from (plain data, pickled into the actor).
+    """What a rollout actor is built from (plain data, pickled into the actor; the
+    learner's is ``Trainer.actor_spec``).
 
     Attributes:
         config: the run's config (model spec, sampling, rollout and env settings).
@@ -367,33 +364,9 @@ def _gist(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}".strip()
 
 
-def actor_spec(trainer: Trainer) -> ActorSpec:
-    """What a rollout actor for ``trainer`` is built from: its config, (on CPU) its
-    sampler's random stream, so the actor draws what the thread worker would, and its
-    env factory (``Trainer.make_env``, which carries the grown ``--train-pool`` tasks, so
-    the actor plays the learner's task set and never regrows it: generating and
-    validating a pool can take minutes)."""
-    state = trainer.sampler.get_state() if trainer.sampler.device.type == "cpu" else None
-    return ActorSpec(trainer.cfg, state, trainer.make_env, trainer.rank)
-
-
-def ray_worker(trainer: Trainer, resources: ActorResources | None = None) -> RayRolloutWorker:
-    """A Ray rollout worker for ``trainer`` (:func:`actor_spec`), with its weights and
-    version, on the cluster of ``--ray-address``."""
-    cfg = trainer.cfg
-    return RayRolloutWorker(
-        actor_spec(trainer),
-        snapshot(trainer.lm, trainer.version),
-        resources=resources,
-        address=cfg.rollout.ray_address or None,
-    )
-
-
 __all__ = [
     "ActorSpec",
     "RayRolloutWorker",
     "RolloutActor",
     "actor_runner",
-    "actor_spec",
-    "ray_worker",
 ]

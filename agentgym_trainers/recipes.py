@@ -1,120 +1,187 @@
-"""The committed CPU learning recipes (run by ``python -m agentgym_trainers.learn``).
+"""The CPU learning recipes (run by ``python -m agentgym_trainers.learn``).
 
-Each recipe's ``why`` says why it works; docs/results/README.md has the numbers.
+A recipe is a TOML file: the committed ones are ``agentgym_trainers/configs/*.toml``
+(:data:`RECIPES`, by name), and a copy a user edits is run by its path. Each file says
+why its settings work (``why``); docs/results/README.md has the numbers. The keys:
+
+* ``name`` (required): the results folder's name;
+* ``algos``, ``primary``: the algorithms run, and the one the summary leads with;
+* ``why``: the reason the settings work, quoted in the results' README;
+* ``[model]``: the :class:`ModelShape` of the random small model;
+* ``[train]`` (required): :class:`~agentgym_trainers.config.TrainConfig` fields by their
+  flat names (``agentgym train --help``), shared by every algorithm;
+* ``[per_algo.<algo>]``: the few fields that differ for one algorithm.
 """
 
 from __future__ import annotations
 
-from agentgym_trainers.learn import ModelShape, Recipe
+import dataclasses
+import difflib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-# What every recipe shares: a from-scratch model learns nothing from the env's constant
-# system prompt, so it is left out (sequences are about half as long); 200 held-out test
-# episodes evaluated before SFT, after SFT and after RL, with the policy as it is trained
-# and sampled (temperature 1) and greedily.
-_COMMON = {
-    "system_prompt": False,
-    "eval_episodes": 200,
-    "eval_temperature": 1.0,
-    "eval_greedy_too": True,
-    "temperature": 1.0,
-    "seed": 0,
-    "sampling_seed": 0,
-    "device": "cpu",
+from agentgym_envs.core.errors import ConfigError
+from agentgym_trainers.config import ALGOS, TrainConfig
+
+CONFIGS = Path(__file__).with_name("configs")
+"""The committed recipe files, one per recipe (``<name>.toml``)."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A small Llama built from scratch (seeded init).
+
+    ``vocab_size`` 0 keeps the SmolLM2 tokenizer; otherwise the model gets a byte-level
+    BPE vocabulary of that size fitted to the recipe env's oracle chats
+    (:func:`agentgym_trainers.vocab.fit_tokenizer`).
+    """
+
+    vocab_size: int = 0
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One learning proof: an env, a model shape, an SFT warm start and RL settings.
+
+    ``train`` holds the :class:`~agentgym_trainers.config.TrainConfig` fields shared by every
+    algorithm (SFT, RL, evaluation); ``per_algo`` the few that differ.
+    """
+
+    name: str
+    model: ModelShape
+    train: dict[str, Any]
+    per_algo: dict[str, dict[str, Any]] = field(default_factory=dict)
+    algos: tuple[str, ...] = ("grpo", "rloo", "ppo")
+    primary: str = "grpo"
+    why: str = ""
+
+    def config(self, algo: str, model: str, run_dir: Path, **overrides: Any) -> TrainConfig:
+        fields = {**self.train, **self.per_algo.get(algo, {}), **overrides}
+        return TrainConfig.from_flat(algo=algo, model=model, run_dir=str(run_dir), **fields)
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """A TOML file (a JSON one when its name ends in ``.json``) as a dict.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, ValueError) as exc:  # TOMLDecodeError and JSONDecodeError included
+        raise ConfigError(f"cannot read the config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"the config file {path} must hold a table (a JSON object)")
+    return data
+
+
+def train_settings(path: str | Path, algo: str | None = None) -> dict[str, Any]:
+    """The :class:`~agentgym_trainers.config.TrainConfig` settings of a config file, by
+    flat name (``agentgym train --config``): a recipe's ``[train]`` table with its
+    ``[per_algo.<algo>]`` entries for ``algo`` (default: the file's own ``algo``, else
+    grpo), the ``config`` of a run's ``summary.json``, or else the file's top-level keys.
+    Unknown names fail when the config is built (the closest is suggested)."""
+    data = read_file(path)
+    if isinstance(data.get("train"), dict):
+        train: dict[str, Any] = data["train"]
+        chosen = algo or train.get("algo", "grpo")
+        return {**train, **data.get("per_algo", {}).get(chosen, {})}
+    if isinstance(data.get("config"), dict):
+        config: dict[str, Any] = data["config"]
+        return config
+    return data
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """The recipe in a TOML file, checked: every algorithm's config is built once.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, a key is unknown (the closest is
+            suggested), ``name`` or ``[train]`` is missing, or a setting is invalid (the
+            message names the file).
+    """
+    data = read_file(path)
+    _known(data, [f.name for f in dataclasses.fields(Recipe)], f"recipe {path}")
+    _known(
+        data.get("model", {}), [f.name for f in dataclasses.fields(ModelShape)], f"{path} [model]"
+    )
+    if "name" not in data or "train" not in data:
+        raise ConfigError(f"recipe {path} needs a name and a [train] table (see {CONFIGS})")
+    reserved = sorted({"algo", "model", "run_dir"} & set(data["train"]))
+    if reserved:
+        raise ConfigError(
+            f"recipe {path}: [train] sets {reserved}, which learn sets for each run (the "
+            "algorithm from algos, the model from [model], the run folder from --work)"
+        )
+    recipe = Recipe(
+        **{
+            **data,
+            "model": ModelShape(**data.get("model", {})),
+            "algos": tuple(data.get("algos", Recipe.algos)),
+        }
+    )
+    bad = [a for a in recipe.algos if a not in ALGOS] + [
+        a for a in recipe.per_algo if a not in recipe.algos
+    ]
+    if bad or recipe.primary not in recipe.algos:
+        raise ConfigError(
+            f"recipe {path}: algos must be some of {ALGOS}, per_algo and primary among them; "
+            f"got algos {list(recipe.algos)}, per_algo {list(recipe.per_algo)}, primary "
+            f"{recipe.primary!r}"
+        )
+    for algo in recipe.algos:
+        try:
+            recipe.config(algo, "tiny", Path("runs/check"))
+        except ConfigError as exc:
+            raise ConfigError(f"recipe {path} ({algo}): {exc}") from exc
+    return recipe
+
+
+def _known(table: dict[str, Any], names: list[str], where: str) -> None:
+    for key in table:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where} has no key {key!r}{hint}; its keys are {names}")
+
+
+def find_recipe(name_or_path: str) -> Recipe:
+    """A committed recipe by name, or a recipe file by its path, with its env checked
+    (:meth:`~agentgym_trainers.config.DataConfig.env_spec`: a wrong env id or env setting
+    fails here, not after the model is built).
+
+    Raises:
+        ConfigError: neither a committed name nor an existing ``.toml`` file, or the
+            recipe's env or settings are invalid.
+    """
+    if name_or_path in RECIPES:
+        recipe = RECIPES[name_or_path]
+    elif name_or_path.endswith(".toml") and Path(name_or_path).is_file():
+        recipe = load_recipe(name_or_path)
+    else:
+        raise ConfigError(
+            f"unknown recipe {name_or_path!r}: use one of {sorted(RECIPES)} or the path of a "
+            f"recipe file (copy one of {CONFIGS}/*.toml)"
+        )
+    try:
+        recipe.config(recipe.primary, "tiny", Path("runs/check")).data.env_spec()
+    except ConfigError as exc:
+        raise ConfigError(f"recipe {name_or_path}: {exc}") from exc
+    return recipe
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r for r in (load_recipe(p) for p in sorted(CONFIGS.glob("*.toml")))
 }
-
-FROZENLAKE = Recipe(
-    name="frozenlake",
-    model=ModelShape(vocab_size=512, hidden_size=64, num_layers=2),
-    train={
-        **_COMMON,
-        "env": "agentgym/FrozenLake-v0",
-        "env_kwargs": {"max_steps": 8},
-        "difficulty": "easy",
-        "max_new_tokens": 16,
-        "max_context": 1024,
-        "sft_steps": 450,
-        "sft_episodes": 256,
-        "sft_lr": 3e-3,
-        "micro_batch_size": 8,
-        "steps": 220,
-        "tasks_per_step": 16,
-        "group_size": 8,
-        "n_envs": 128,
-        "lr": 1e-3,
-        "warmup_steps": 2,
-    },
-    why=(
-        "A 64-wide, 2-layer Llama with a 512-token vocabulary fitted to FrozenLake's text "
-        "(one token per grid cell and digit) and no system prompt: short sequences, so "
-        "128 episodes per RL step take a few seconds on one core. The SFT warm start "
-        "(256 oracle episodes, batch 16, lr 3e-3) is stopped at 450 steps, just after the "
-        "transition where the model starts reading positions (the oracle's direction is "
-        "at chance for about 300 steps): its features exist, but its sampled policy "
-        "still wanders. GRPO then has signal: 16 tasks x 8 rollouts at temperature 1, "
-        "8 moves at most (a 4x4 lake needs 3 to 6), success 1 plus milestone progress "
-        "0.5 as shaping, so most groups have reward variance; one update per step at "
-        "lr 1e-3 with 2 warmup steps (four updates at 3e-3 rose faster and collapsed), "
-        "for 220 steps: on a validation slice (the last 40 train tasks held out, "
-        "docs/results/validation/frozenlake) the gain after 140 steps was +4.5 points "
-        "sampled and after 220 +16.5 (greedy +7.5 and +27.5): the training success "
-        "was still rising at 140, and a weaker SFT start needs the longer run. "
-        "Starting RL earlier (350 SFT steps) left the training success flat: RL sharpens "
-        "features SFT began, it did not build them in this budget. The evaluation "
-        "samples at temperature 1, the policy RL optimises; greedy results are reported "
-        "next to it."
-    ),
-)
-
-DUNGEON = Recipe(
-    name="dungeon",
-    model=ModelShape(vocab_size=1024, hidden_size=96, num_layers=3, intermediate_size=256),
-    train={
-        **_COMMON,
-        "env": "agentgym/Dungeon-v0",
-        "env_kwargs": {"max_steps": 12, "reward_config": {"local_weight": 0.05}},
-        "difficulty": "easy",
-        "train_pool": 3000,
-        "max_new_tokens": 24,
-        "max_context": 1024,
-        "sft_steps": 1600,
-        "sft_stop_loss": 0.10,
-        "sft_episodes": 1024,
-        "sft_lr": 3e-3,
-        "micro_batch_size": 8,
-        "steps": 120,
-        "tasks_per_step": 8,
-        "group_size": 8,
-        "n_envs": 64,
-        "lr": 1e-3,
-        "warmup_steps": 2,
-    },
-    why=(
-        "Dungeon easy is partially observable (only the current room is shown) and takes 4 to 7 "
-        "oracle actions of three tools with item and direction arguments, so it needs a larger "
-        "model than FrozenLake: a 96-wide, 3-layer Llama with a 1,024-token vocabulary fitted to "
-        "Dungeon's text, 1,024 oracle demonstrations from 3,000 train tasks, 12 actions at most. "
-        "SFT (batch 16, lr 3e-3) stops when the mean loss of its last 25 steps reaches 0.10 nats "
-        "per agent token (900 steps on the validation slice, 1,209 on the full pool): a loss "
-        "threshold, not a step count, because where the model starts reading rooms moves by 100 "
-        "steps with the data order, and a fixed count landed before that point on one pool and "
-        "after it on another. Past the threshold SFT alone climbs fast (training success about "
-        "0.2 at 900 steps, 0.7 at 1,500), so the start is early on purpose. GRPO then plays 8 "
-        "tasks x 8 rollouts per step at lr 1e-3 for 120 steps, with the env's step checks on "
-        "(local_weight 0.05: -0.25 for a call the room shows must fail, such as an exit that is "
-        "not there or a key used on the wrong door; +share of the milestones reached) next to the "
-        "layered reward (success 1, milestones 0.5, call costs). On the validation slice (the "
-        "last 40 train tasks held out, 80 RL steps; exploratory runs, docs/results/README.md) "
-        "this gained +22.5 points (+23.0 from a later stop at loss 0.07). Without step checks, "
-        "subtracting the group mean but not dividing by its std (adv_scale none), the gain was "
-        "+12.0 with milestones and +7.5 on success alone. In the first 10 RL steps 43% of the "
-        "groups have no success; their members then differ only by small amounts, and GRPO's "
-        "division by the group's std makes whatever separates them a unit-size advantage. With "
-        "step checks that is how many calls the room showed must fail and how far the episode "
-        "got: the reading skill the SFT start lacks. On success alone with the std division only "
-        "the call-cost ledger separates failures, and that run collapsed to repeating go() within "
-        "20 steps. The evaluation samples at temperature 1; greedy results are reported next to "
-        "it."
-    ),
-)
-
-RECIPES: dict[str, Recipe] = {r.name: r for r in (FROZENLAKE, DUNGEON)}
+"""The committed recipes by name."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym_envs.eval.store import StoredEpisode
+from agentgym_envs.store import StoredEpisode
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.rollout import Trajectory
 

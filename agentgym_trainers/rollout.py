@@ -21,9 +21,9 @@ two turns of one episode. A generation server that fails
 (:class:`~agentgym_envs.llm.http_generator.GenerationServerError`) ends the episodes of
 that generation call as ``env_error``, like an env crash: never a policy failure.
 
-The env slots live in this process or on a Ray env pool (``--env-backend ray``;
-:mod:`agentgym_trainers.env_slots`): after each generation call every live slot steps
-at once, so a pool steps them in parallel on its actors.
+The env slots (:mod:`agentgym_envs.rollout`) live in this process or on a Ray env pool
+(``--env-backend ray``; :mod:`agentgym_trainers.env_slots`): after each generation call
+every live slot steps at once, so a pool steps them in parallel on its actors.
 
 Branch rollouts (:mod:`agentgym_trainers.branching`) ask :meth:`RolloutRunner.collect`
 for ``checkpoints``: before each turn it keeps a :class:`TurnCheckpoint` (the env's
@@ -50,7 +50,8 @@ from agentgym_envs.distributed.results import SlotResult
 from agentgym_envs.llm.chat import ChatFormat, Message
 from agentgym_envs.llm.generation import Generator, Sample
 from agentgym_envs.llm.http_generator import GenerationServerError
-from agentgym_trainers.env_slots import EnvSlots, LocalEnvSlots, Script
+from agentgym_envs.rollout import EnvSlots, LocalEnvSlots, Script
+from agentgym_envs.rollout.turns import answer_ids, head_messages, system_of
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class RolloutRunner:
             without it the chat has no system message (a chat template may still write
             its own default one, as SmolLM2's does).
         slots: where the envs live (default: ``n_envs`` envs of ``make_env`` in this
-            process; a :class:`~agentgym_trainers.env_slots.PoolEnvSlots` puts them on a
+            process; :func:`~agentgym_trainers.env_slots.pool_slots` puts them on a
             Ray env pool). The runner closes them.
 
     Raises:
@@ -519,7 +520,7 @@ class RolloutRunner:
             return _Episode(traj=traj, fold=fold, system="", task_obs="")
         obs, info = result.obs, result.info
         fold.reset(info)
-        system = str(info.get("system") or "") if self.system_prompt else ""
+        system = system_of(info, self.system_prompt)
         episode = _Episode(traj=traj, fold=fold, system=system, task_obs=obs)
         traj.system, traj.observations = system, [obs]
         episode.env_time_ms = float((info.get("cost") or {}).get("env_time_ms", 0.0))
@@ -594,15 +595,11 @@ class RolloutRunner:
         traj.observations.append(obs)
         if ep.fold.done:
             if ep.fold.summary().cut:
-                after = [*ep.messages, {"role": "assistant", "content": content}]
-                close = self.chat.close(ep.messages, content, sample.ended)
-                traj.tail_ids = close + self.chat.open(after, obs)
+                close, opened = answer_ids(self.chat, list(ep.messages), content, sample.ended, obs)
+                traj.tail_ids = close + opened
             return False
         # observation tokens: the template's close of the assistant turn, then a user turn
-        close = self.chat.close(ep.messages, content, sample.ended)
-        ep.messages.append({"role": "assistant", "content": content})
-        opened = self.chat.open(ep.messages, obs)
-        ep.messages.append({"role": "user", "content": obs})
+        close, opened = answer_ids(self.chat, ep.messages, content, sample.ended, obs)
         ep.turns.append(_TokenTurn(sample.ids, content, close, opened, obs))
         seg.extend(close + opened)
         # this turn's ids against the fresh render's part for the same turn
@@ -628,11 +625,7 @@ class RolloutRunner:
         return min(self.max_new_tokens, self.max_context - len(ep.segment.ids))
 
     def _head(self, ep: _Episode, summary: str | None) -> list[Message]:
-        head: list[Message] = [{"role": "system", "content": ep.system}] if ep.system else []
-        head.append({"role": "user", "content": ep.task_obs})
-        if summary is not None:
-            head.append({"role": "user", "content": summary})
-        return head
+        return head_messages(ep.system, ep.task_obs, summary)
 
     def _rebuild(self, ep: _Episode) -> bool:
         """Start a new segment: the head plus the most recent turns that fit in half of the

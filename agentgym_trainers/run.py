@@ -20,11 +20,11 @@ import torch
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.llm.sampler import Sampler
+from agentgym_envs.rollout import oracle_script
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.sft import SFT
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.env_slots import oracle_script
 from agentgym_trainers.provenance import platform_info
 from agentgym_trainers.rollout import RolloutJob, Trajectory
 from agentgym_trainers.runlog import read_metrics
@@ -437,7 +437,7 @@ def train(
             trainer.set_reference()  # KL anchors RL to the SFT-warmed policy
         if config.eval.episodes and resumed is None:
             _evaluate_phase(trainer, summary, "eval_before", on_event)
-        if trainer.algorithm.rl:
+        if trainer.algorithm.traits.rl:
             _rl_phase(trainer, summary, progress, on_event)
         if config.eval.episodes:
             _evaluate_phase(trainer, summary, "eval_after", on_event)

@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -41,61 +41,66 @@ import torch
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.episode import EpisodeSummary, Truncation
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.views import SPLIT_IDS, TASK_IDS, TASK_SET, env_view
 from agentgym_envs.eval.metrics import episode_metrics
-from agentgym_envs.eval.store import TrajectoryStore
 from agentgym_envs.llm.chat import ChatFormat
-from agentgym_envs.llm.engine import StaticEngine, supports
+from agentgym_envs.llm.engine import StaticEngine
 from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.models import load_model, resolve_device
 from agentgym_envs.llm.sampler import Sampler
+from agentgym_envs.rollout import LocalEnvSlots
+from agentgym_envs.store import TrajectoryStore
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms import (
-    LossConfig,
     kl_k3,
     step_loss,
     truncated_is_weights,
 )
 from agentgym_trainers.algorithms.registry import make_algorithm
-from agentgym_trainers.async_rollout import AsyncRollouts, fresh_tokens
+from agentgym_trainers.async_rollout import (
+    AsyncRollouts,
+    LocalPolicy,
+    PolicyWeights,
+    RolloutWorker,
+    ThreadRolloutWorker,
+    fresh_tokens,
+    snapshot,
+)
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.branching import BranchStats, branch_metrics, make_brancher
 from agentgym_trainers.config import VAL_SPLIT, TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
-from agentgym_trainers.env_slots import (
-    EnvSlots,
-    LocalEnvSlots,
-    make_trainer_env,
-    pool_slots,
-    trainer_env_kwargs,
-)
+from agentgym_trainers.env_slots import make_trainer_env, pool_slots, trainer_env_kwargs
 from agentgym_trainers.envs import register as register_fixtures
 from agentgym_trainers.model import ValueHead
 from agentgym_trainers.records import stored_episode
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
+from agentgym_trainers.rollout_setup import rollout_engine, rollout_runner, rollout_sampler
 from agentgym_trainers.runlog import RunLogger, parse_trackers
+
+if TYPE_CHECKING:
+    from agentgym_trainers.ray_rollout import ActorSpec, RayRolloutWorker
 
 log = logging.getLogger(__name__)
 
 
 def task_ids(env: gym.Env[Any, Any], split: str, difficulty: str | None) -> list[str]:
-    """The ids of a split's tasks (AgentEnv task sets, an env's ``split_ids`` mapping, or
-    its ``task_ids`` for every split)."""
-    inner = env.unwrapped
-    task_set = getattr(inner, "task_set", None)
-    if task_set is not None:
-        return [t.id for t in task_set.pool(split, difficulty)]
-    by_split = getattr(inner, "split_ids", None)
-    if by_split is not None:
+    """The ids of a split's tasks, from the first view ``env`` has
+    (:mod:`agentgym_envs.core.views`): an AgentEnv's task set, a ``split_ids`` mapping, or
+    its ``task_ids`` for every split."""
+    if (tasks := env_view(env, TASK_SET)) is not None:
+        return [t.id for t in tasks.task_set.pool(split, difficulty)]
+    if (splits := env_view(env, SPLIT_IDS)) is not None:
+        by_split = splits.split_ids
         if split not in by_split:
             raise ConfigError(
-                f"{type(inner).__name__} has no split {split!r}; choose one of {sorted(by_split)}"
+                f"{type(splits).__name__} has no split {split!r}; choose one of {sorted(by_split)}"
             )
         return list(by_split[split])
-    ids = getattr(inner, "task_ids", None)
-    if ids:
-        return list(ids)
+    if (listed := env_view(env, TASK_IDS)) is not None and listed.task_ids:
+        return list(listed.task_ids)
     raise ValueError(
-        f"{type(inner).__name__} exposes no task ids (task_set, split_ids or task_ids)"
+        f"{type(env.unwrapped).__name__} exposes no task ids (task_set, split_ids or task_ids)"
     )
 
 
@@ -107,73 +112,6 @@ def env_seed(seed: int, step: int, group: int, stream: str = "rl") -> int:
     never share seeds."""
     entropy = [seed, STREAMS[stream], step, group]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0] % (2**31 - 1))
-
-
-def rollout_engine(
-    cfg: TrainConfig, lm: torch.nn.Module, cuda_graphs: bool = True
-) -> StaticEngine | None:
-    """The static-KV-cache engine over ``lm`` when ``--generation`` picks it (None: the
-    transformers forward). A copy of the policy that samples beside the learner (the
-    asynchronous worker's) gets ``cuda_graphs=False``.
-
-    Raises:
-        ConfigError: ``--generation static`` with a model the engine does not support.
-    """
-    mode = cfg.rollout.generation
-    if mode == "hf" or (mode == "auto" and not supports(lm)):
-        return None
-    if not supports(lm):
-        raise ConfigError(
-            f"--generation static supports Llama-family models, not "
-            f"{type(lm).__name__}; use --generation hf (or auto)"
-        )
-    return StaticEngine(
-        lm, max_batch=cfg.rollout.n_envs, max_len=cfg.rollout.max_context, cuda_graphs=cuda_graphs
-    )
-
-
-def rollout_sampler(
-    cfg: TrainConfig,
-    lm: torch.nn.Module,
-    chat: ChatFormat,
-    rank: int = 0,
-    engine: StaticEngine | None = None,
-) -> Sampler:
-    """The rollout sampler of process ``rank`` over ``lm``, with the run's sampling
-    settings (the learner's and the Ray rollout actor's are built here alike)."""
-    r = cfg.rollout
-    return Sampler(
-        lm,
-        eos_ids=[chat.eos_id],
-        pad_id=chat.pad_id,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        seed=r.sampling_seed * 1000 + rank,
-        engine=engine,
-    )
-
-
-def rollout_runner(
-    cfg: TrainConfig,
-    chat: ChatFormat,
-    make_env: Callable[[], gym.Env[Any, Any]],
-    generator: Generator,
-    slots: EnvSlots | None = None,
-) -> RolloutRunner:
-    """A rollout runner with the run's settings around ``generator``: ``n_envs`` envs
-    from ``make_env`` in this process, or ``slots`` (a Ray env pool)."""
-    r = cfg.rollout
-    return RolloutRunner(
-        make_env,
-        chat,
-        generator,
-        n_envs=r.n_envs,
-        max_new_tokens=r.max_new_tokens,
-        max_context=r.max_context,
-        context_policy=r.context_policy,
-        system_prompt=r.system_prompt,
-        slots=slots,
-    )
 
 
 class Trainer:
@@ -199,7 +137,7 @@ class Trainer:
         # the algorithm family turns rollouts into advantages (agentgym_trainers/algorithms/)
         self.algorithm = make_algorithm(config, self)
         self.value_head: ValueHead | None = None
-        if self.algorithm.needs_value_head:
+        if self.algorithm.traits.needs_value_head:
             self.value_head = ValueHead(int(self.lm.config.hidden_size)).to(self.device)
         # the KL reference is taken when RL starts (after the SFT warm start): set_reference
         self.ref: torch.nn.Module | None = None
@@ -240,16 +178,7 @@ class Trainer:
             floor=config.data.curriculum_floor,
             seed=config.data.seed,
         )
-        self.loss_config = LossConfig(
-            clip_low=config.objective.clip_low,
-            clip_high=config.objective.clip_high,
-            dual_clip=config.objective.dual_clip,
-            kl_coef=config.objective.kl_coef,
-            kl_estimator=config.objective.kl_estimator,
-            entropy_coef=config.objective.entropy_coef,
-            vf_coef=config.objective.vf_coef,
-            vf_clip=config.objective.vf_clip,
-        )
+        self.loss_config = config.objective  # step_loss reads the objective group itself
         self.version = 0
         self.step = 0
         self.run_dir = Path(config.run.run_dir)
@@ -340,6 +269,63 @@ class Trainer:
             )
         return rollout_runner(self.cfg, self.chat, self.make_env, generator, slots)
 
+    # -- the asynchronous rollout worker (--rollout async) ---------------------------------
+
+    def weights(self) -> PolicyWeights:
+        """A copy of the policy's weights as its current version (what rollout workers
+        load)."""
+        return snapshot(self.lm, self.version)
+
+    def async_rollouts(self, worker: RolloutWorker | None = None) -> AsyncRollouts:
+        """The learner's side of asynchronous rollouts over ``worker`` (default:
+        :meth:`rollout_worker`), started at this step; it reads the trainer only through
+        :class:`~agentgym_trainers.async_rollout.Learner`."""
+        r = self.cfg.rollout
+        return AsyncRollouts(
+            self,
+            worker if worker is not None else self.rollout_worker(),
+            first_step=self.step,
+            tasks_per_step=r.tasks_per_step,
+            world=self.world,
+            max_lag=self.cfg.optim.max_lag,
+            timeout_s=r.async_timeout_s,
+        )
+
+    def rollout_worker(self) -> RolloutWorker:
+        """The rollout worker ``--rollout-worker`` names: :meth:`thread_worker` or
+        :meth:`ray_worker`."""
+        if self.cfg.rollout.rollout_worker == "ray":
+            return self.ray_worker()
+        return self.thread_worker()
+
+    def thread_worker(self) -> ThreadRolloutWorker:
+        """A worker thread with a copy of the policy: same sampling settings, engine kind
+        and random stream as the synchronous sampler, and the current version."""
+        lm = copy.deepcopy(self.lm).eval().requires_grad_(False)
+        sampler = self.make_sampler(lm)
+        sampler.set_state(self.sampler.get_state())
+        sampler.weights_version = self.version
+        return ThreadRolloutWorker(self.make_runner, LocalPolicy(sampler))
+
+    def actor_spec(self) -> ActorSpec:
+        """What a Ray rollout actor is built from: the config, (on CPU) the sampler's
+        random stream, so the actor draws what the thread worker would, and the env
+        factory (:attr:`make_env`, which carries the grown ``--train-pool`` tasks, so the
+        actor plays the learner's task set and never regrows it: generating and
+        validating a pool can take minutes)."""
+        from agentgym_trainers.ray_rollout import ActorSpec  # ray only when asked for
+
+        state = self.sampler.get_state() if self.sampler.device.type == "cpu" else None
+        return ActorSpec(self.cfg, state, self.make_env, self.rank)
+
+    def ray_worker(self) -> RayRolloutWorker:
+        """A Ray rollout worker (:meth:`actor_spec`) with the current weights, on the
+        cluster of ``--ray-address``."""
+        from agentgym_trainers.ray_rollout import RayRolloutWorker
+
+        address = self.cfg.rollout.ray_address or None
+        return RayRolloutWorker(self.actor_spec(), self.weights(), address=address)
+
     def split_tasks(self, split: str) -> list[str]:
         """The task ids of ``split`` (at the configured difficulty), read from an env in
         this process: the runner's first env, or a probe env built and closed here when
@@ -404,7 +390,7 @@ class Trainer:
         if self.cfg.rollout.rollout == "async":
             self.lm.eval()
             if self.rollouts is None:
-                self.rollouts = AsyncRollouts(self)
+                self.rollouts = self.async_rollouts()
             trajs, rstats, asynchronous = self.rollouts.next_batch()
             generated_before = None  # the worker's sampler counts them: rstats
         else:
@@ -693,7 +679,7 @@ class Trainer:
 
     def record(self, trajs: Sequence[Trajectory]) -> None:
         """Add every trajectory to ``trajectories.sqlite`` (one store per process), a
-        :class:`~agentgym_envs.eval.store.TrajectoryStore` that ``agentgym traj`` reads."""
+        :class:`~agentgym_envs.store.TrajectoryStore` that ``agentgym traj`` reads."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         name = "trajectories.sqlite" if self.rank == 0 else f"trajectories.rank{self.rank}.sqlite"
         now = time.time()

@@ -2,8 +2,8 @@
 
 * No module of ``agentgym_envs`` imports ``agentgym_trainers``: the trainer depends on the envs,
   never the reverse (``agentgym train`` is added through an entry point).
-* There is no import cycle among ``agentgym_envs`` modules. Imports at module level and
-  inside functions both count (a function-level import only hides a cycle until the
+* There is no import cycle among the modules of either package. Imports at module level
+  and inside functions both count (a function-level import only hides a cycle until the
   function runs); imports under ``if TYPE_CHECKING:`` do not, since they never run.
 
 ``from package import name`` is an edge to ``package.name`` when that is a module and to
@@ -96,15 +96,15 @@ def imports_of(module: str) -> list[tuple[str, int]]:
 
 
 def import_graph() -> dict[str, dict[str, int]]:
-    """agentgym_envs module -> {imported agentgym_envs module: first line}."""
+    """Module -> {imported module of either package: first line}, over both packages (an
+    edge from ``agentgym_envs`` to ``agentgym_trainers`` is an error of its own, so a
+    cycle through both packages shows up twice)."""
     graph: dict[str, dict[str, int]] = {}
     for module in MODULES:
-        if not module.startswith("agentgym_envs"):
-            continue
         edges: dict[str, int] = {}
         for name, line in imports_of(module):
             target = _known(name)
-            if target and target.startswith("agentgym_envs") and target != module:
+            if target and target != module:
                 edges.setdefault(target, line)
         graph[module] = edges
     return graph
@@ -182,6 +182,9 @@ def test_the_scan_sees_both_packages_and_their_imports() -> None:
     assert "agentgym_envs.llm.sampler" in trainer
     graph = import_graph()
     assert "agentgym_envs.llm.template" in graph["agentgym_envs.llm.chat"]
+    # the trainer's modules are nodes too, with their function-level imports
+    assert "agentgym_trainers.async_rollout" in graph["agentgym_trainers.trainer"]
+    assert "agentgym_trainers.ray_rollout" in graph["agentgym_trainers.trainer"]
 
 
 def test_no_agentgym_envs_module_imports_the_trainer() -> None:
@@ -200,11 +203,12 @@ def test_no_agentgym_envs_module_imports_the_trainer() -> None:
     )
 
 
-def test_no_import_cycles_among_agentgym_envs_modules() -> None:
+def test_no_import_cycles_in_either_package() -> None:
     graph = import_graph()
     cycles = find_cycles(graph)
-    assert not cycles, "import cycles among agentgym_envs modules:\n" + "\n".join(
-        describe(graph, c) for c in cycles
+    assert not cycles, (
+        "import cycles (move what both modules need into a third, or pass it in as a "
+        "narrow interface):\n" + "\n".join(describe(graph, c) for c in cycles)
     )
 
 
@@ -231,3 +235,62 @@ def test_imports_inside_functions_count_and_type_checking_ones_do_not(tmp_path: 
         if isinstance(n, ast.Import | ast.ImportFrom)
     ]
     assert names == ["typing", "agentgym_envs.core", "agentgym_trainers.model"]
+
+
+# -- layers: no module imports a layer above its own ---------------------------------------
+
+LAYERS = (
+    "agentgym_envs.core",  # the env base and everything an env is made of
+    "agentgym_envs.store",  # the trajectory store: plain episodes in SQLite
+    "agentgym_envs.wrappers",  # cross-cutting behaviour around an env, the recorder
+    "agentgym_envs.distributed",  # env actors and the Ray pool
+    "agentgym_envs.eval",  # suites, the evaluator, reports, the store's CLI
+)
+"""Lowest first. A module of a layer may import its own layer and those below it, never
+one above (``wrappers`` never imports ``eval``; ``core`` none of the others)."""
+
+
+def _layer(module: str) -> int | None:
+    for rank, layer in enumerate(LAYERS):
+        if module == layer or module.startswith(layer + "."):
+            return rank
+    return None
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import in ``graph`` from a module of a layer to a module of a higher one."""
+    found = []
+    for module, edges in sorted(graph.items()):
+        low = _layer(module)
+        for target, line in sorted(edges.items()):
+            high = _layer(target)
+            if low is not None and high is not None and high > low:
+                found.append(
+                    f"{module} imports {target} (line {line}): "
+                    f"{LAYERS[low]} sits below {LAYERS[high]}"
+                )
+    return found
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    offenders = upward_imports(import_graph())
+    assert not offenders, (
+        "imports that point up the layers (docs/architecture.md section 1); move what both "
+        "need down a layer, or pass it in as a narrow interface:\n" + "\n".join(offenders)
+    )
+
+
+def test_the_layer_check_names_each_upward_import() -> None:
+    graph = {
+        "agentgym_envs.wrappers.recording": {"agentgym_envs.eval.store": 21},
+        "agentgym_envs.core.env": {"agentgym_envs.wrappers.faults": 3, "agentgym_envs.cli": 4},
+        "agentgym_envs.eval.evaluate": {"agentgym_envs.wrappers": 9, "agentgym_envs.store": 2},
+        "agentgym_envs.distributed.host": {"agentgym_envs.wrappers.recording": 30},
+    }
+    assert upward_imports(graph) == [
+        "agentgym_envs.core.env imports agentgym_envs.wrappers.faults (line 3): "
+        "agentgym_envs.core sits below agentgym_envs.wrappers",
+        "agentgym_envs.wrappers.recording imports agentgym_envs.eval.store (line 21): "
+        "agentgym_envs.wrappers sits below agentgym_envs.eval",
+    ]
+    assert _layer("agentgym_envs.storex") is None  # a prefix is no layer

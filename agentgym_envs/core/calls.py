@@ -98,11 +98,6 @@ class CallRunner:
         self._rng: np.random.Generator | None = None
         self._replays: dict[str, tuple[str, dict[str, Any], ToolResult]] = {}
 
-    def configure(self, faults: FaultConfig | None) -> None:
-        """Use ``faults`` from the next :meth:`start_episode` on (none until then)."""
-        self.faults = faults if faults is not None and faults.rate > 0 else None
-        self._rng = None
-
     def start_episode(self, seed: int) -> None:
         """Forget idempotency keys; reseed the fault RNG from the episode seed."""
         self._replays = {}

@@ -87,6 +87,8 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
             loaded with ``load_task_set``, or a list of ``Task``).
         faults: inject labelled infrastructure faults into tool calls: a
             ``FaultConfig`` or a dict such as ``{"rate": 0.1}`` (see ``core.faults``).
+            The one place faults are configured: ``gym.make(id, faults=...)``, a
+            trainer's or a suite entry's ``env_kwargs``.
         tool_mode: ``"text"`` (default) or ``"native"``: tools passed natively to the
             model, ``info["messages"]`` per step (see ``core.native``).
     """
@@ -493,16 +495,9 @@ class AgentEnv(StepCheckHooks, gym.Env[str, str], ABC):
 
     @property
     def faults(self) -> FaultConfig | None:
-        """The fault config in force (``core.faults``), or None. The ``faults`` argument,
-        :meth:`configure_faults` and ``FaultInjection`` all install it in one place."""
+        """The fault config in force (``core.faults``), or None: the ``faults`` argument,
+        the one place faults are configured (so ``env.spec`` rebuilds them)."""
         return self.calls.faults
-
-    def configure_faults(self, config: FaultConfig | Mapping[str, Any] | None) -> None:
-        """Replace the fault config (``core.faults``; None: no faults) from the next
-        ``reset`` on, when its RNG is seeded; ``info["versions"]["env"]`` names it.
-        Raises ConfigError for an invalid config."""
-        self.calls.configure(FaultConfig.coerce(config))
-        self._versions["env"] = self._env_version()
 
     def set_tool_variant(
         self, names: Mapping[str, str] | None = None, descriptions: Mapping[str, str] | None = None

@@ -6,6 +6,11 @@ evaluation can measure recovery. Faults draw from their own RNG (seeded from the
 episode seed), so turning them on does not change any other randomness of the episode,
 and snapshots restore it.
 
+They are configured in one place, the env's ``faults`` argument
+(``gym.make("agentgym/Retail-v1", faults={"rate": 0.1})``; a trainer's or a suite
+entry's ``env_kwargs``), never by a wrapper: a fault happens inside a tool call, between
+the gate and the handler, where only the env's call runner can put it.
+
 - ``timeout``: the agent gets ``timeout``; half the time the call had already taken
   effect (a WRITE committed before the answer was lost), so a blind retry can apply a
   write twice unless it reuses its idempotency key.
@@ -120,6 +125,11 @@ class FaultConfig:
                 )
         args = dict(value)
         if "kinds" in args:
+            if isinstance(args["kinds"], str):
+                raise ConfigError(
+                    f"faults kinds must be a list of fault kinds, got the string "
+                    f"{args['kinds']!r}; write {{'kinds': [{args['kinds']!r}]}}"
+                )
             args["kinds"] = tuple(args["kinds"])
         return cls(**args)
 

@@ -26,6 +26,9 @@ from typing import Any, TypeVar
 
 import gymnasium as gym
 
+from agentgym_envs.store import StoredEpisode
+from agentgym_envs.wrappers.recording import RecordingWrapper
+
 logger = logging.getLogger(__name__)
 
 EnvFactory = Callable[[], gym.Env[Any, Any]]
@@ -38,13 +41,13 @@ class EpisodeOutbox:
     so the caller writes them into its own store (same rows as an in-process run)."""
 
     def __init__(self) -> None:
-        self._episodes: list[Any] = []
+        self._episodes: list[StoredEpisode] = []
 
-    def add(self, episode: Any) -> None:
+    def add(self, episode: StoredEpisode) -> None:
         """Keep a finished episode (its row id is the caller's to learn: None here)."""
         self._episodes.append(episode)
 
-    def drain(self) -> list[Any]:
+    def drain(self) -> list[StoredEpisode]:
         """The episodes kept since the last drain, oldest first."""
         out, self._episodes = self._episodes, []
         return out
@@ -132,7 +135,7 @@ class EnvHost:
             if note and recorder is not None:
                 recorder.note(**note)
             obs, reward, terminated, truncated, info = env.step(action)
-            outbox = getattr(recorder, "store", None)
+            outbox = None if recorder is None else recorder.store
             episodes = outbox.drain() if isinstance(outbox, EpisodeOutbox) else []
             return obs, float(reward), bool(terminated), bool(truncated), info, episodes
 
@@ -178,7 +181,11 @@ class EnvHost:
         return True
 
     def close(self) -> None:
-        """Close every env (browsers, sandboxes), then the process's shared browser."""
+        """Close every env (browsers, sandboxes), then what the process's envs share
+        (each family record's ``actor_close``, e.g. a browser)."""
+        from agentgym_envs.core.family import resolve
+        from agentgym_envs.registration import families
+
         for k, env in enumerate(self._envs):
             try:
                 self._on(k, env.close)
@@ -186,25 +193,15 @@ class EnvHost:
                 logger.exception("closing env %d failed", k)
         for thread in self._threads:
             thread.shutdown(wait=True)
-        browser = _loaded("agentgym_envs.web.browser")
-        if browser is not None and browser._SHARED is not None:
-            browser._SHARED.close()
+        for family in families():
+            if family.actor_close:
+                resolve(family.actor_close)()
 
 
-def _loaded(name: str) -> Any:
-    """A module if this process imported it (never imports it)."""
-    import sys
-
-    return sys.modules.get(name)
-
-
-def _recorder(env: gym.Env[Any, Any]) -> Any:
-    """The RecordingWrapper in ``env``'s wrapper chain, if any (without importing it)."""
-    recording = _loaded("agentgym_envs.wrappers.recording")
-    if recording is None:
-        return None
+def _recorder(env: gym.Env[Any, Any]) -> RecordingWrapper | None:
+    """The RecordingWrapper in ``env``'s wrapper chain, if any."""
     while isinstance(env, gym.Wrapper):
-        if isinstance(env, recording.RecordingWrapper):
+        if isinstance(env, RecordingWrapper):
             return env
         env = env.env
     return None

@@ -1,12 +1,11 @@
 """What one env actor asks the Ray scheduler for, per env family (plain data, no ray).
 
 An actor hosts ``envs_per_actor`` envs, so its request is a fixed part (the process,
-and for WebShop the browser every env of the process shares) plus a part per env.
-The defaults below are data: pass ``resources=`` to the pool to override them, or
-edit :data:`FAMILY_COSTS` for a new family. Memory is what Ray reserves for
-scheduling (``memory=``), not a hard limit; the figures come from ``agentgym bench``
-(a browser episode costs ~160 MiB, a RepoFix episode a bubblewrap process per tool
-call and a workspace on tmpfs).
+and for a browser env the browser every env of the process shares) plus a part per env.
+Each built-in family declares its cost in its record (``Family.cost``,
+:mod:`agentgym_envs.core.family`); pass ``resources=`` to the pool to override it.
+Memory is what Ray reserves for scheduling (``memory=``), not a hard limit; the figures
+come from ``agentgym bench``.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from types import MappingProxyType
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.family import FamilyCost
+from agentgym_envs.registration import families, family, find
 
 MIB = 2**20
 
@@ -60,6 +61,15 @@ class ActorResources:
             options["resources"] = dict(self.custom)
         return options
 
+    @classmethod
+    def for_family(cls, cost: FamilyCost, envs_per_actor: int) -> ActorResources:
+        """The request of an actor that hosts ``envs_per_actor`` envs of a family that
+        costs ``cost``."""
+        return cls(
+            num_cpus=round(cost.cpus_per_env * envs_per_actor, 3),
+            memory_mib=cost.memory_mib_base + cost.memory_mib_per_env * envs_per_actor,
+        )
+
     def demand(self) -> dict[str, float]:
         """The request in Ray's resource names (``CPU``, ``memory`` in bytes, custom)."""
         out = {"CPU": float(self.num_cpus), **{k: float(v) for k, v in self.custom.items()}}
@@ -68,39 +78,9 @@ class ActorResources:
         return {k: v for k, v in out.items() if v > 0}
 
 
-@dataclass(frozen=True)
-class FamilyCost:
-    """What an env family costs in one actor: a fixed part plus a part per env.
-
-    Attributes:
-        cpus_per_env: CPU share per hosted env (the text games are pure Python and
-            mostly wait on the policy; a sandbox runs a process per tool call).
-        memory_mib_base: the actor process itself (and the shared browser for web).
-        memory_mib_per_env: each live episode.
-    """
-
-    cpus_per_env: float
-    memory_mib_base: int
-    memory_mib_per_env: int
-
-    def for_actor(self, envs_per_actor: int) -> ActorResources:
-        """The request of an actor that hosts ``envs_per_actor`` envs."""
-        return ActorResources(
-            num_cpus=round(self.cpus_per_env * envs_per_actor, 3),
-            memory_mib=self.memory_mib_base + self.memory_mib_per_env * envs_per_actor,
-        )
-
-
-FAMILY_COSTS: Mapping[str, FamilyCost] = MappingProxyType(
-    {
-        "games": FamilyCost(cpus_per_env=0.25, memory_mib_base=150, memory_mib_per_env=5),
-        "business": FamilyCost(cpus_per_env=0.25, memory_mib_base=200, memory_mib_per_env=20),
-        "sandbox": FamilyCost(cpus_per_env=1.0, memory_mib_base=250, memory_mib_per_env=150),
-        # a headless Chromium per actor (shared by its envs) plus a context per episode
-        "web": FamilyCost(cpus_per_env=1.0, memory_mib_base=600, memory_mib_per_env=160),
-    }
-)
-"""Default per-family costs; families not listed (plugins) get :data:`DEFAULT_COST`."""
+FAMILY_COSTS: Mapping[str, FamilyCost] = MappingProxyType({f.name: f.cost for f in families()})
+"""The built-in families' costs, by family (read from their records); families without
+a record (plugins) get :data:`DEFAULT_COST`."""
 
 DEFAULT_COST = FamilyCost(cpus_per_env=0.5, memory_mib_base=200, memory_mib_per_env=50)
 
@@ -109,13 +89,13 @@ def default_resources(env_id: str, envs_per_actor: int) -> ActorResources:
     """The default request of an actor hosting ``envs_per_actor`` envs of ``env_id``
     (:data:`DEFAULT_COST` for envs outside the agentgym registry)."""
     from agentgym_envs.core.errors import EnvNotFoundError
-    from agentgym_envs.registration import find
 
     try:
-        family = find(env_id).family
+        record = family(find(env_id).family)
     except EnvNotFoundError:
-        return DEFAULT_COST.for_actor(envs_per_actor)
-    return FAMILY_COSTS.get(family, DEFAULT_COST).for_actor(envs_per_actor)
+        record = None
+    cost = record.cost if record is not None else DEFAULT_COST
+    return ActorResources.for_family(cost, envs_per_actor)
 
 
 def check_env_id(env_id: str) -> str:
@@ -130,7 +110,6 @@ def check_env_id(env_id: str) -> str:
 
     import agentgym_envs  # noqa: F401  (registers the envs)
     from agentgym_envs.core.errors import EnvNotFoundError
-    from agentgym_envs.registration import find
 
     try:
         return find(env_id).id

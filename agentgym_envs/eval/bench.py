@@ -23,7 +23,7 @@ import gymnasium as gym
 import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.env import AgentEnv
 from agentgym_envs.core.tools import ToolKind
-from agentgym_envs.registration import EnvEntry
+from agentgym_envs.registration import ENVS, EnvEntry, families
 
 
 @dataclass
@@ -43,6 +43,17 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def machinery_envs() -> tuple[EnvEntry, ...]:
+    """The envs that benchmarks of the shared machinery play: those of the families whose
+    record sets ``bench_machinery`` (cheap, pure-Python oracle episodes), in :data:`ENVS`
+    order. ``agentgym bench --eval`` plays them all by default; the trajectory store's and
+    the Ray pool's per-step overheads are measured on the first."""
+    chosen = {f.name for f in families() if f.bench_machinery}
+    found = tuple(e for e in ENVS if e.family in chosen)
+    assert found, "no family record sets bench_machinery"
+    return found
 
 
 def _median_ms(samples: list[float]) -> float | None:

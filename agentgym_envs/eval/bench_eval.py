@@ -1,5 +1,6 @@
-"""The evaluator's own cost: ``agentgym eval`` of the oracle over many episodes per text
-game, against a bare loop that plays the same episodes with no evaluator at all.
+"""The evaluator's own cost: ``agentgym eval`` of the oracle over many episodes per env
+(by default the envs of :func:`~agentgym_envs.eval.bench.machinery_envs`, the text
+games), against a bare loop that plays the same episodes with no evaluator at all.
 
 The difference, per step, is what the evaluation machinery adds: lockstep batching,
 metric folding and the trajectory store (one SQLite row per episode, WAL). Printed by
@@ -17,10 +18,14 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentgym_envs.eval.bench import machinery_envs
 from agentgym_envs.eval.evaluate import EvalConfig, evaluate
 from agentgym_envs.eval.suite import Job, suite_from_spec
 
-TEXT_GAMES = ("Sokoban", "FrozenLake", "FrozenLakeSlippery", "Dungeon")
+
+def default_envs() -> tuple[str, ...]:
+    """The env names ``agentgym bench --eval`` plays when none are named."""
+    return tuple(e.name for e in machinery_envs())
 
 
 @dataclass
@@ -57,11 +62,12 @@ def _bare(env_id: str, jobs: list[Job]) -> tuple[float, int]:
 
 
 def bench_eval(
-    envs: tuple[str, ...] = TEXT_GAMES, episodes: int = 1000, batch: int = 8
+    envs: tuple[str, ...] | None = None, episodes: int = 1000, batch: int = 8
 ) -> list[EvalBenchResult]:
-    """Evaluate the oracle on ``episodes`` train episodes of each env, store on."""
+    """Evaluate the oracle on ``episodes`` train episodes of each env (None:
+    :func:`default_envs`), store on."""
     results = []
-    for name in envs:
+    for name in default_envs() if envs is None else envs:
         probe = suite_from_spec(
             {"name": "probe", "entries": [{"env": name, "split": "train", "tasks": 1}]}
         )

@@ -1,12 +1,13 @@
 """The Ray env pool's throughput and overhead (``agentgym bench --ray``; measured, never
 asserted in tests).
 
-For RepoFix and WebShop: env steps/s of the same oracle episodes played by a pool of 1,
-2 and 4 actors (one env each, all slots stepping at once), against one env in this
-process playing them one after the other (the in-process run). The episodes' actions are
-recorded once in this process and replayed, so policy time is excluded on both sides;
-resets are included (a rollout pays them). For a text game (Sokoban): the time a
-blocking ``pool.step`` adds over a direct ``env.step`` with the same actions.
+For the envs the family records name (``Family.bench_ray``: RepoFix and WebShop): env
+steps/s of the same oracle episodes played by a pool of 1, 2 and 4 actors (one env each,
+all slots stepping at once), against one env in this process playing them one after the
+other (the in-process run). The episodes' actions are recorded once in this process and
+replayed, so policy time is excluded on both sides; resets are included (a rollout pays
+them). For a text game (the first of :func:`~agentgym_envs.eval.bench.machinery_envs`):
+the time a blocking ``pool.step`` adds over a direct ``env.step`` with the same actions.
 
 The cluster is a one-node :class:`~agentgym_envs.distributed.cluster.LocalCluster`
 on this machine, started and ended by the benchmark.
@@ -29,10 +30,16 @@ from agentgym_envs.distributed.cluster import LocalCluster, NodeSpec
 from agentgym_envs.distributed.pool import RayEnvPool
 from agentgym_envs.distributed.resources import ActorResources, default_resources
 from agentgym_envs.distributed.results import Call
-from agentgym_envs.registration import find
+from agentgym_envs.eval.bench import machinery_envs
+from agentgym_envs.registration import families, find
 
-FAMILIES = ("RepoFix", "WebShop")
 Episode = tuple[int, dict[str, Any], list[str]]  # seed, reset options, actions
+
+
+def default_envs() -> tuple[str, ...]:
+    """The env names ``agentgym bench --ray`` scales when none are named: every family
+    record's ``bench_ray``, in the registry's order."""
+    return tuple(name for f in families() for name in f.bench_ray)
 
 
 @dataclass
@@ -142,8 +149,10 @@ def on_pool(env_id: str, episodes: Sequence[Episode], actors: int, cpus: float) 
     )
 
 
-def overhead(env_id: str = "agentgym/Sokoban-v0", episodes: int = 40) -> OverheadResult:
-    """Per-step time of ``pool.step`` (one actor) against ``env.step``, same actions."""
+def overhead(env_id: str | None = None, episodes: int = 40) -> OverheadResult:
+    """Per-step time of ``pool.step`` (one actor) against ``env.step``, same actions, on
+    ``env_id`` (None: the first of :func:`~agentgym_envs.eval.bench.machinery_envs`)."""
+    env_id = machinery_envs()[0].id if env_id is None else env_id
     played = record(env_id, episodes, split="train")
     env = gym.make(env_id)
     direct = []
@@ -180,11 +189,12 @@ def overhead(env_id: str = "agentgym/Sokoban-v0", episodes: int = 40) -> Overhea
 
 
 def bench_ray(
-    families: Sequence[str] = FAMILIES,
+    envs: Sequence[str] | None = None,
     actors: Sequence[int] = (1, 2, 4),
     episodes: int = 8,
 ) -> RayBench:
-    """Start a one-node cluster with this machine's CPUs, run every figure, end it."""
+    """Start a one-node cluster with this machine's CPUs, run every figure on ``envs``
+    (names or ids; None: :func:`default_envs`), end it."""
     cpus = os.cpu_count() or 1
     result = RayBench(machine=f"{platform.machine()} {platform.processor()}".strip(), cpus=cpus)
     cluster = LocalCluster([NodeSpec(num_cpus=cpus, object_store_mib=200)])
@@ -192,7 +202,7 @@ def bench_ray(
         cluster.start()
         cluster.connect()
         result.overhead = overhead()
-        for name in families:
+        for name in default_envs() if envs is None else envs:
             env_id = find(name).id
             played = record(env_id, episodes)
             base = in_process(env_id, played)

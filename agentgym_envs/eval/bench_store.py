@@ -1,6 +1,6 @@
 """Benchmark of the trajectory store and the recording wrapper (measured, never asserted).
 
-It lives apart from :mod:`agentgym_envs.eval.store` because it drives the
+It lives apart from :mod:`agentgym_envs.store` because it drives the
 :class:`~agentgym_envs.wrappers.recording.RecordingWrapper`, which imports the store.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym_envs.core.info import Outcome
-from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+from agentgym_envs.eval.bench import machinery_envs
+from agentgym_envs.store import StoredEpisode, TrajectoryStore
 from agentgym_envs.wrappers.recording import RecordingWrapper
 
 
@@ -26,7 +27,8 @@ def bench_store(episodes: int = 1000, wrapper_episodes: int = 50) -> dict[str, f
         ``add_many_ms_per_episode``: the same episodes in one transaction;
         ``bytes_per_episode``: database size per episode;
         ``wrapper_step_overhead_ms``: what :class:`RecordingWrapper` adds to each step
-        of Sokoban played by its oracle (the write at episode end included).
+        of the first of :func:`~agentgym_envs.eval.bench.machinery_envs` (a text game)
+        played by its oracle (the write at episode end included).
     """
     with tempfile.TemporaryDirectory() as tmp:
         eps = [_bench_episode(i) for i in range(2 * episodes)]
@@ -101,7 +103,8 @@ def _bench_wrapper(path: Path, episodes: int) -> tuple[float, int]:
             return out
 
     with TrajectoryStore(path) as store:
-        env = RecordingWrapper(_Timed(gym.make("agentgym/Sokoban-v0")), store, policy="oracle")
+        played = gym.make(machinery_envs()[0].id)
+        env = RecordingWrapper(_Timed(played), store, policy="oracle")
         outer_s, steps = 0.0, 0
         for seed in range(episodes):
             env.reset(seed=seed)

@@ -244,7 +244,7 @@ def _run(args: argparse.Namespace, recorded: dict[str, Any] | None, console: Con
 
 def _config(args: argparse.Namespace, out: Path, run_id: str) -> EvalConfig:
     from agentgym_envs.eval.evaluate import EvalConfig
-    from agentgym_envs.eval.workers import SlotIsolation
+    from agentgym_envs.rollout import SlotIsolation
 
     options = {k: getattr(args, k) for k in LLM_OPTIONS if getattr(args, k) is not None}
     return EvalConfig(

@@ -1,7 +1,8 @@
 """Evaluate policies on a suite: play every job, record every episode, build the report.
 
-For each policy and suite entry the evaluator opens ``batch`` env slots (in this
-process, or one worker process each), hands jobs (task, trial, reset seed) to free slots
+For each policy and suite entry the evaluator opens ``batch`` env slots
+(:mod:`agentgym_envs.rollout`: in this process, one worker process each, or on Ray
+actors), hands jobs (task, trial, reset seed) to free slots
 and steps all live episodes in lockstep, so an LLM policy generates for the whole batch
 at once. An env that raises, or a worker process that dies, ends only its episode, as
 ``env_error``; such episodes leave every success denominator and are counted apart.
@@ -30,18 +31,11 @@ from agentgym_envs.eval.breakdown import breakdowns, tasks_of
 from agentgym_envs.eval.journal import EpisodeJournal, EpisodeResult
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.eval.suite import Job, Suite, SuiteEntry
-from agentgym_envs.eval.workers import (
-    EnvCrashed,
-    InlineSlot,
-    ProcessSlot,
-    SlotIsolation,
-    make_slots,
-    step_slots,
-)
 from agentgym_envs.policies.base import LLM_PREFIXES
+from agentgym_envs.rollout import EnvSlots, SlotIsolation, make_slots
 
 if TYPE_CHECKING:
-    from agentgym_envs.eval.store import TrajectoryStore
+    from agentgym_envs.store import TrajectoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +141,7 @@ _STORES: dict[str, Any] = {}  # one open store per path and process, shared by t
 
 
 def _open_store(path: str) -> Any:
-    from agentgym_envs.eval.store import TrajectoryStore
+    from agentgym_envs.store import TrajectoryStore
 
     if path not in _STORES:
         _STORES[path] = TrajectoryStore(path)
@@ -230,7 +224,7 @@ class _Lane:
     """One entry's open env slots within :func:`run_entries`."""
 
     play: EntryPlay
-    slots: Sequence[Any]
+    slots: EnvSlots
     policy: Any
     ids: list[int]  # the policy's slot number of each env slot
     label: str
@@ -295,17 +289,16 @@ def run_entries(
             _lane_size(play, config),
             config.isolation,
             config.step_timeout_s,
+            strict=False,  # an env's mistake ends its episodes, not the suite
             env_id=entry.env_id,
             envs_per_actor=config.envs_per_actor,
             ray_address=config.ray_address,
             store=_open_store(config.store) if on_ray and config.store else None,
         )
         try:
-            envs = [s.env if isinstance(s, InlineSlot) else s for s in slots]
-            policy = policies.get(policy_spec, envs)
+            policy = policies.get(policy_spec, list(slots.envs))
         except BaseException:
-            for s in slots:
-                s.close()
+            slots.close()
             raise
         if shared:
             free_ids.sort()
@@ -324,8 +317,7 @@ def run_entries(
 
     def close_lane(lane: _Lane) -> None:
         lanes.remove(lane)
-        for s in lane.slots:
-            s.close()
+        lane.slots.close()
         if shared:
             free_ids.extend(lane.ids)
 
@@ -346,14 +338,12 @@ def run_entries(
         while lane.pending:
             index, job = lane.pending.popleft()
             live = _Live(index, job, EpisodeFold())
-            try:
-                live.obs, live.info = lane.slots[slot].reset(
-                    job.seed, _reset_options(lane.play.entry, job)
-                )
-            except EnvCrashed as exc:
-                live.fold.crash(str(exc))
+            result = lane.slots.reset(slot, job.seed, _reset_options(lane.play.entry, job))
+            if result.crashed:
+                live.fold.crash(result.error)
                 finish(lane, live)
                 continue
+            live.obs, live.info = result.obs, result.info
             live.fold.reset(live.info)
             lane.active[slot] = live
             lane.policy.reset([lane.ids[slot]])
@@ -430,16 +420,15 @@ def _step_lane(
         }
         for s in order
     ]
-    results = step_slots([lane.slots[s] for s in order], actions, notes)
+    results = lane.slots.step_many(list(zip(order, actions, strict=True)), notes)
     for slot, result in zip(order, results, strict=True):
         live = lane.active[slot]
         fold = live.fold
-        if isinstance(result, EnvCrashed):
-            fold.crash(str(result))
+        if result.crashed:
+            fold.crash(result.error)
         else:
-            obs, reward, terminated, truncated, info = result
-            fold.step(reward, terminated, truncated, info)
-            live.obs, live.info = obs, info
+            fold.step(result.reward, result.terminated, result.truncated, result.info)
+            live.obs, live.info = result.obs, result.info
         if fold.done:
             del lane.active[slot]
             finish(lane, live)
@@ -708,7 +697,6 @@ __all__ = [
     "EpisodeResult",
     "EvalConfig",
     "EvalInterrupted",
-    "ProcessSlot",
     "SlotIsolation",
     "evaluate",
     "result_metrics",

@@ -40,7 +40,7 @@ from agentgym_envs.eval.export_native import (
     native_features,
     native_messages,
 )
-from agentgym_envs.eval.store import _JSON_FIELDS, StoredEpisode, TrajectoryStore
+from agentgym_envs.store import _JSON_FIELDS, StoredEpisode, TrajectoryStore
 
 if TYPE_CHECKING:
     import datasets

@@ -10,7 +10,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from agentgym_envs.core.errors import AgentGymError, ConfigError
-from agentgym_envs.eval.store import StoredEpisode
+from agentgym_envs.store import StoredEpisode
 
 if TYPE_CHECKING:
     from agentgym_envs.core.actions import ActionParser

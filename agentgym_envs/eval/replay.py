@@ -10,7 +10,7 @@ from typing import Any
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.evaluate import REPORT_SCHEMA, EvalConfig, evaluate
 from agentgym_envs.eval.suite import Job, suite_from_spec
-from agentgym_envs.eval.workers import SlotIsolation
+from agentgym_envs.rollout import SlotIsolation
 
 COMPARED = (
     "task_id",

@@ -13,7 +13,7 @@ A suite is data, a YAML file under ``tasks/suites/`` (or any path)::
         difficulty: easy          # a level, a list of levels, or left out for all
         tasks: 4                  # distinct tasks, drawn from the split by the seed
         env_kwargs: {max_steps: 20}
-        wrappers: [loop_detection, {faults: {rate: 0.2}}]
+        wrappers: [loop_detection, {obs_noise: {rate: 0.05}}]
 
 The episodes of a suite are a pure function of the file: the tasks an entry plays are
 the first ``tasks`` of its pool ordered by a hash of (seed, entry, task id), and trial

@@ -29,7 +29,7 @@ from agentgym_envs.eval.export import (
     export_preferences,
     export_sft,
 )
-from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+from agentgym_envs.store import StoredEpisode, TrajectoryStore
 
 FORMATS = ("sft", "preferences", "hf", "episodes-jsonl")
 _ROLE_STYLE = {"system": "dim", "user": "cyan", "assistant": "green"}

@@ -13,6 +13,8 @@ plays a batch of episodes with any :class:`~agentgym_envs.llm.generation.Generat
   assistant turn and a user turn holding the observation (mask 0, log-probability 0);
 * sampled ids are never re-tokenized.
 
+The chat grows as in the trainer's runner (:mod:`agentgym_envs.rollout.turns`).
+
 An episode stops when the env ends it, after ``max_turns`` turns, or when the next turn
 would not fit in ``max_completion_tokens`` (the episode is then cut, and scored with the
 rewards the env paid so far). An env that raises is an env error: the episode is marked
@@ -31,6 +33,7 @@ import gymnasium as gym
 from agentgym_envs.core.errors import AgentGymError
 from agentgym_envs.llm.chat import ChatFormat, Message
 from agentgym_envs.llm.generation import Generator, Sample
+from agentgym_envs.rollout.turns import answer_ids, head_messages, system_of
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +156,7 @@ def _start(
         episode.extend([chat.eos_id], None)
         episode.done = True
         return episode
-    messages = []
-    if system_prompt and info.get("system"):
-        messages.append({"role": "system", "content": str(info["system"])})
-    messages.append({"role": "user", "content": obs})
+    messages = head_messages(system_of(info, system_prompt), obs)
     return TextEpisode(chat.render_ids(messages, True), messages=messages)
 
 
@@ -184,10 +184,7 @@ def _advance(
         ep.done = True
         return False
     # 1. the template's end of the assistant turn, then a user turn with the observation
-    close = chat.close(ep.messages, content, sample.ended)
-    ep.messages.append({"role": "assistant", "content": content})
-    opened = chat.open(ep.messages, obs)
-    ep.messages.append({"role": "user", "content": obs})
+    close, opened = answer_ids(chat, ep.messages, content, sample.ended, obs)
     # 2. stop when the next turn would not fit (or the turn limit is reached)
     room = max_completion_tokens - len(ep.completion_ids) - len(close) - len(opened)
     if (max_turns is not None and ep.turns >= max_turns) or room < min(

@@ -1,17 +1,31 @@
-"""Attack specs, the runner that plays them, and the per-family registry."""
+"""Attack specs, the runner that plays them, and where each family's attacks are found.
+
+A built-in env family names its attacks in its record (``Family.redteam``); the attacks
+on the servers (``servers``, :mod:`agentgym_envs.redteam.servers`) are the red team's own.
+"""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError, did_you_mean
+from agentgym_envs.core.family import resolve
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.redteam.watchdog import Hang, deadline
+from agentgym_envs.registration import families
 
-FAMILIES = ("games", "business", "sandbox", "web", "servers")
+SERVERS = "servers"
+"""The attacks on the OpenEnv and generation servers, which no env family owns."""
+
+_ATTACKS: dict[str, str] = {
+    **{f.name: f.redteam for f in families() if f.redteam},
+    SERVERS: "agentgym_envs.redteam.servers:attacks",
+}
+FAMILIES: tuple[str, ...] = tuple(_ATTACKS)
+"""The families ``agentgym redteam`` attacks: each built-in family whose record names its
+attacks, in the registry's order, then ``servers``."""
 
 # A script is a generator function: called with the reset's (obs, info), it yields
 # action texts and receives each step's (obs, info) back through ``send``.
@@ -210,14 +224,13 @@ def run_attack(
 
 
 def attacks_for(family: str) -> list[Attack]:
-    """The attacks of one family (imports only that family's module)."""
-    if family not in FAMILIES:
+    """The attacks of one family (imports only that family's attack module)."""
+    if family not in _ATTACKS:
         raise ConfigError(
             f"unknown family {family!r}: expected one of {', '.join(FAMILIES)}."
             f"{did_you_mean(family, FAMILIES)}"
         )
-    module = importlib.import_module(f"agentgym_envs.redteam.{family}")
-    found: list[Attack] = module.attacks()
+    found: list[Attack] = resolve(_ATTACKS[family])()
     return found
 
 

@@ -194,8 +194,8 @@ def _check_stored(out: Path) -> str | None:
     from rich.console import Console
 
     from agentgym_envs.eval.export import export_episodes
-    from agentgym_envs.eval.store import TrajectoryStore
     from agentgym_envs.eval.traj_cli import render_episode
+    from agentgym_envs.store import TrajectoryStore
 
     with TrajectoryStore(out / "trajectories.sqlite") as store:
         found = store.query(run_id=RUN_ID)

@@ -153,3 +153,34 @@ def _concurrent(tasks: Sequence[Task], n: int) -> tuple[float, float]:
     for e in envs:
         e.close()
     return wall, sum(o is Outcome.SUCCESS for o in outcomes) / n
+
+
+def print_bench(r: SandboxBench, console: Any) -> None:
+    """The table of :func:`bench_repofix` (``agentgym bench RepoFix``; rich)."""
+    from rich.table import Table
+
+    table = Table(title=f"{r.env_id} benchmark ({r.backend} backend, isolation {r.isolation})")
+    table.add_column("figure")
+    table.add_column("median", justify="right")
+    rows = (
+        ("reset, first time for a task (git repo built)", f"{r.reset_cold_ms_median:.1f} ms"),
+        ("reset (copy of the task's template on tmpfs)", f"{r.reset_ms_median:.1f} ms"),
+        ("read_file step", f"{r.read_file_ms_median:.2f} ms"),
+        ("edit step", f"{r.edit_ms_median:.2f} ms"),
+        ("`true` as a plain subprocess", f"{r.bare_true_ms_median:.1f} ms"),
+        ("`true` in the sandbox", f"{r.sandbox_true_ms_median:.1f} ms"),
+        (
+            "sandbox start overhead",
+            f"{r.sandbox_true_ms_median - r.bare_true_ms_median:.1f} ms",
+        ),
+        ("run('true') step (staged copy + commit)", f"{r.run_tool_ms_median:.1f} ms"),
+        ("hidden-test verification (submit)", f"{r.verify_ms_median:.0f} ms"),
+        ("one oracle episode alone", f"{r.single_episode_s:.2f} s"),
+        (
+            f"{r.concurrent} oracle episodes at once",
+            f"{r.concurrent_wall_s:.2f} s wall, success {r.concurrent_success:.0%}",
+        ),
+    )
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)

@@ -124,3 +124,29 @@ def _concurrent(tasks: Sequence[Task], n: int) -> tuple[float, float, float]:
         e.close()
     success = sum(o is Outcome.SUCCESS for o in outcomes) / max(1, len(outcomes))
     return sum(counts) / wall, success, peak[0]
+
+
+def print_bench(r: WebBench, console: Any) -> None:
+    """The table of :func:`bench_webshop` (``agentgym bench WebShop``; rich)."""
+    from rich.table import Table
+
+    table = Table(title=f"{r.env_id} benchmark (headless Chromium, one browser per process)")
+    table.add_column("figure")
+    table.add_column("median", justify="right")
+    rows = (
+        ("reset (database restore + fresh context + first page)", f"{r.reset_ms_median:.0f} ms"),
+        (f"step: action + observation ({r.steps} oracle steps)", f"{r.step_ms_median:.0f} ms"),
+        (
+            "step while the next context opens (prewarm)",
+            f"{r.step_prewarm_ms_median:.0f} ms",
+        ),
+        (
+            f"{r.concurrent} concurrent episodes on one browser",
+            f"{r.concurrent_steps_per_s:.1f} steps/s aggregate, success {r.concurrent_success:.0%}",
+        ),
+        ("browser memory per extra live episode", f"{r.browser_mib_per_episode:.0f} MiB"),
+        ("Chromium processes", str(r.browser_processes)),
+    )
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)

@@ -3,7 +3,7 @@
 Every wrapper in this package is a ``gymnasium.Wrapper`` around an agentgym env
 (:class:`~agentgym_envs.core.env.AgentEnv`, possibly under other wrappers). It
 
-- appends its tag to ``info["versions"]["wrappers"]`` (``faults:0.2:timeout+loop:3``),
+- appends its tag to ``info["versions"]["wrappers"]`` (``tool_ood:1:rename+loop:3``),
   so results name exactly which perturbations they ran under;
 - seeds its own randomness from the episode seed (``info["seeds"]["env"]``), so the
   same ``reset(seed=...)`` gives the same perturbations;

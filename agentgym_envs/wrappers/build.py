@@ -1,8 +1,11 @@
 """Build wrapper stacks from plain specs (evaluation suites in YAML use these).
 
 A spec is a wrapper name (``"loop_detection"``) or a one-key mapping from a name to
-its keyword arguments (``{"faults": {"rate": 0.2}}``). Specs apply in order, so the
+its keyword arguments (``{"obs_noise": {"rate": 0.1}}``). Specs apply in order, so the
 first is innermost.
+
+Faults are no wrapper: the env injects them inside its tool calls, configured by its
+``faults`` argument (``env_kwargs: {faults: {...}}`` in a suite entry).
 """
 
 from __future__ import annotations
@@ -14,14 +17,13 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym_envs.core.errors import ConfigError, did_you_mean
-from agentgym_envs.wrappers.faults import FaultInjection
+from agentgym_envs.core.faults import FaultKind
 from agentgym_envs.wrappers.injection import PromptInjection
 from agentgym_envs.wrappers.loops import LoopDetection
 from agentgym_envs.wrappers.noise import ObservationNoise
 from agentgym_envs.wrappers.tool_ood import ToolOOD
 
 WRAPPERS: dict[str, type[gym.Wrapper[Any, Any, Any, Any]]] = {
-    "faults": FaultInjection,
     "tool_ood": ToolOOD,
     "obs_noise": ObservationNoise,
     "prompt_injection": PromptInjection,
@@ -64,13 +66,22 @@ def _parse(spec: Any) -> tuple[str, dict[str, Any]]:
         if raw is not None and not isinstance(raw, Mapping):
             raise ConfigError(
                 f"wrapper {name!r}: its options must be a mapping of keyword arguments, "
-                f"got {raw!r}; write {{{name!r}: {{'rate': 0.2}}}}"
+                f"got {raw!r}; write {{{name!r}: {{'rate': 0.1}}}}"
             )
         kwargs = dict(raw or {})
     else:
         raise ConfigError(
             "a wrapper spec is a name or a one-key mapping {name: {kwargs}}, for example "
-            f"'loop_detection' or {{'faults': {{'rate': 0.2}}}}; got {spec!r}"
+            f"'loop_detection' or {{'obs_noise': {{'rate': 0.1}}}}; got {spec!r}"
+        )
+    if name == "faults":
+        # what the removed FaultInjection wrapper meant, defaults spelled out (the env's
+        # own defaults differ: no faults, and only core.faults.DEFAULT_KINDS)
+        same = {"rate": 0.1, "kinds": [k.value for k in FaultKind], **kwargs}
+        raise ConfigError(
+            "faults are not a wrapper: the env injects them, configured by its faults "
+            f"argument; drop this spec and write env_kwargs: {{faults: {same}}} in the suite "
+            f"entry, or gym.make(env_id, faults={same})"
         )
     if name not in WRAPPERS:
         known = sorted(WRAPPERS)

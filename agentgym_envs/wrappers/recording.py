@@ -1,4 +1,5 @@
-"""A wrapper that writes every finished episode to a :class:`TrajectoryStore`.
+"""A wrapper that writes every finished episode to a trajectory store
+(:class:`~agentgym_envs.store.TrajectoryStore`).
 
 Per step it only appends (the action, the observation, the step's tool calls and state
 hash) and feeds the step to an :class:`~agentgym_envs.core.episode.EpisodeFold`; the
@@ -18,7 +19,7 @@ import gymnasium as gym
 
 from agentgym_envs.core.episode import EpisodeFold
 from agentgym_envs.core.unicode import valid_text
-from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+from agentgym_envs.store import EpisodeSink, StoredEpisode
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
     Args:
         env: the env to record (an agentgym env, or any text env; state hashes and
             canonical actions come from ``env.unwrapped`` where it has them).
-        store: where episodes go; the caller owns it (the wrapper never closes it).
+        store: where episodes go (a ``TrajectoryStore``, or anything with its ``add``);
+            the caller owns it (the wrapper never closes it).
         policy: the policy id stored with each episode.
         policy_version: a checkpoint or model fingerprint.
         run_id: groups the episodes of one run.
@@ -63,7 +65,7 @@ class RecordingWrapper(gym.Wrapper[str, str, str, str]):
     def __init__(
         self,
         env: gym.Env[str, str],
-        store: TrajectoryStore,
+        store: EpisodeSink,
         *,
         policy: str = "",
         policy_version: str = "",

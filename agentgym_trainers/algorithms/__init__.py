@@ -22,7 +22,6 @@ from agentgym_trainers.algorithms.advantages import (
 from agentgym_trainers.algorithms.losses import (
     KL_ESTIMATORS,
     STAT_KEYS,
-    LossConfig,
     entropy_from_logits,
     kl_estimate,
     kl_k3,
@@ -32,6 +31,7 @@ from agentgym_trainers.algorithms.losses import (
     value_loss,
 )
 from agentgym_trainers.algorithms.offpolicy import lag_keep_mask, truncated_is_weights
+from agentgym_trainers.config import LossConfig  # step_loss's config: the run's objective group
 
 __all__ = [
     "KL_ESTIMATORS",

@@ -20,11 +20,12 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from agentgym_envs.core.errors import ConfigError
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.advantages import whiten_with
 from agentgym_trainers.algorithms.losses import kl_estimate
 from agentgym_trainers.batch import TrainSeq, sequences
-from agentgym_trainers.config import TrainConfig
+from agentgym_trainers.config import ALGO_TRAITS, AlgoTraits, TrainConfig
 from agentgym_trainers.rollout import Trajectory
 
 
@@ -65,12 +66,24 @@ class Algorithm(ABC):
         learner: the trainer, for forward passes and the KL reference.
     """
 
-    needs_group: ClassVar[bool] = False
-    """Compares the rollouts of a group, so ``group_size`` must be at least 2."""
-    needs_value_head: ClassVar[bool] = False
-    """Trains a critic: the trainer adds a value head and its parameters."""
-    rl: ClassVar[bool] = True
-    """Runs RL steps (False: the run is only the SFT warm start)."""
+    name: ClassVar[str]
+    """The ``algo`` name this class is registered under."""
+    traits: ClassVar[AlgoTraits]
+    """What the configuration knows of the algorithm (group, value head, RL, branches):
+    its entry in :data:`~agentgym_trainers.config.ALGO_TRAITS`, declared there once so
+    the torch-free config checks the same traits the trainer acts on."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if name is None:
+            return  # an abstract family or a variant keeps its parent's name and traits
+        if name not in ALGO_TRAITS:
+            raise ConfigError(
+                f"{cls.__name__}.name {name!r} has no traits: add it to ALGO_TRAITS in "
+                "agentgym_trainers/config.py"
+            )
+        cls.traits = ALGO_TRAITS[name]
 
     def __init__(self, cfg: TrainConfig, learner: Learner) -> None:
         self.cfg = cfg

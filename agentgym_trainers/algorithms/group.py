@@ -47,8 +47,6 @@ from agentgym_trainers.tool_credit import tool_credit
 class GroupRelative(Algorithm):
     """Advantages relative to the episode's group (steps 1-5 of the module docstring)."""
 
-    needs_group = True
-
     @abstractmethod
     def baseline(
         self, returns: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor
@@ -84,6 +82,8 @@ class GRPO(GroupRelative):
     """GRPO: ``(r - mean) / (std + eps)`` over the group's valid members (``adv_scale``
     ``none``: only ``r - mean``, as Dr. GRPO)."""
 
+    name = "grpo"
+
     def baseline(
         self, returns: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,6 +92,8 @@ class GRPO(GroupRelative):
 
 class RLOO(GroupRelative):
     """RLOO: ``r_i - mean_{j != i} r_j`` over the valid members of the group."""
+
+    name = "rloo"
 
     def baseline(
         self, returns: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor

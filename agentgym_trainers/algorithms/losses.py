@@ -8,75 +8,16 @@ however the step is split into micro-batches and ranks.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
+import typing
 
 import torch
 from torch import Tensor
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_trainers.config import KLEstimator, LossConfig
 
 STAT_KEYS = ("pg_loss", "kl", "entropy", "clipped", "ratio", "vf_loss", "approx_kl", "tokens")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """Coefficients and clipping ranges of :func:`step_loss`.
-
-    Attributes:
-        clip_low: the ratio's lower bound is ``1 - clip_low``; in ``[0, 1)``.
-        clip_high: the ratio's upper bound is ``1 + clip_high``; ``>= 0``. Larger than
-            ``clip_low`` ("clip-higher") lets rare good tokens grow, which slows entropy
-            collapse.
-        dual_clip: ``c > 1``: for ``A < 0`` the loss is capped at ``-c * A`` (dual-clip PPO),
-            so a huge ratio on a bad token cannot blow the step up. ``None`` turns it off.
-        kl_coef: ``beta`` of the KL to the frozen reference policy; ``>= 0``.
-        kl_estimator: ``k1`` (``logp - ref``: unbiased, can be negative), ``k2``
-            (``(logp - ref)^2 / 2``: low variance, biased) or ``k3`` (``exp(d) - d - 1``:
-            unbiased and never negative); see :func:`kl_estimate`.
-        entropy_coef: weight of the entropy bonus; ``>= 0``.
-        vf_coef: weight of the value loss; ``>= 0``.
-        vf_clip: values may move at most this far from the old values before the clipped
-            loss takes over; ``> 0``, or ``None`` for no clipping.
-    """
-
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: float | None = None
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    vf_coef: float = 0.5
-    vf_clip: float | None = 0.2
-
-    def __post_init__(self) -> None:
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ConfigError(
-                f"LossConfig.kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}"
-            )
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, str):
-                continue
-            if v is not None and not math.isfinite(v):
-                raise ConfigError(f"LossConfig.{f.name} must be a finite number, got {v}")
-        if not 0.0 <= self.clip_low < 1.0:
-            raise ConfigError(f"LossConfig.clip_low must be in [0, 1), got {self.clip_low}")
-        if self.clip_high < 0.0:
-            raise ConfigError(f"LossConfig.clip_high must be >= 0, got {self.clip_high}")
-        if self.dual_clip is not None and self.dual_clip <= 1.0:
-            raise ConfigError(
-                f"LossConfig.dual_clip must be None or > 1, got {self.dual_clip}; "
-                "typical values are 3 to 10"
-            )
-        for name in ("kl_coef", "entropy_coef", "vf_coef"):
-            if getattr(self, name) < 0.0:
-                raise ConfigError(f"LossConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.vf_clip is not None and self.vf_clip <= 0.0:
-            raise ConfigError(
-                f"LossConfig.vf_clip must be None (no clipping) or > 0, got {self.vf_clip}"
-            )
+KL_ESTIMATORS: tuple[str, ...] = typing.get_args(KLEstimator)
 
 
 def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

@@ -41,7 +41,7 @@ from agentgym_trainers.tool_credit import tool_credit
 class PPO(Algorithm):
     """PPO with GAE (steps 1-6 of the module docstring)."""
 
-    needs_value_head = True
+    name = "ppo"
 
     def advantages(self, trajs: Sequence[Trajectory]) -> tuple[list[TrainSeq], dict[str, float]]:
         cfg, device = self.cfg, self.learner.device

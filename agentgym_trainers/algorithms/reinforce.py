@@ -43,6 +43,8 @@ from agentgym_trainers.tool_credit import tool_credit
 class Reinforce(Algorithm):
     """REINFORCE (steps 1-5 of the module docstring); the baseline is checkpointed."""
 
+    name = "reinforce"
+
     def __init__(self, cfg: TrainConfig, learner: Learner) -> None:
         super().__init__(cfg, learner)
         self.baseline = RunningBaseline(cfg.advantage.baseline_decay)

@@ -21,7 +21,7 @@ from agentgym_trainers.rollout import Trajectory
 class SFT(Algorithm):
     """Oracle imitation (steps 1-2 of the module docstring)."""
 
-    rl = False
+    name = "sft"
 
     def advantages(self, trajs: Sequence[Trajectory]) -> tuple[list[TrainSeq], dict[str, float]]:
         # 1. episodes: every valid one is imitated

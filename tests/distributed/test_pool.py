@@ -121,7 +121,7 @@ def test_an_actor_hands_back_its_episodes_for_the_drivers_store(
     and the episode it returns makes the same row as the in-process recorder's."""
     from agentgym_envs.distributed.host import EnvHost
     from agentgym_envs.eval.evaluate import _close_stores, build_env
-    from agentgym_envs.eval.store import TrajectoryStore
+    from agentgym_envs.store import TrajectoryStore
 
     monkeypatch.chdir(tmp_path)
     job: tuple[Any, ...] = (SOKOBAN, {}, [], "actor-store.sqlite", "oracle", "", "run-1")
@@ -433,7 +433,7 @@ def test_agentgym_eval_backend_ray_records_every_episode(
     import ray
 
     from agentgym_envs.cli import main
-    from agentgym_envs.eval.store import TrajectoryStore
+    from agentgym_envs.store import TrajectoryStore
 
     actor_cwd = Path(ray.get(ray.remote(_cwd).remote()))  # where Ray workers run
     driver = tmp_path / "driver"

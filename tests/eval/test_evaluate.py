@@ -261,7 +261,7 @@ def test_eval_cli_writes_reports_and_replays(tmp_path: Path) -> None:
     report = json.loads((out / "report.json").read_text())
     assert report["suite"]["spec"]["trials"] == 1 and len(report["episodes"]) == 4
     assert (out / "report.html").stat().st_size > 1000 and (out / "report.md").exists()
-    from agentgym_envs.eval.store import TrajectoryStore
+    from agentgym_envs.store import TrajectoryStore
 
     with TrajectoryStore(out / "trajectories.sqlite") as store:
         assert store.count() == 4
@@ -343,7 +343,7 @@ def test_a_surrogate_from_the_policy_is_its_failure_not_an_env_error(
     """A wrong answer holding a lone surrogate is the policy's failure, as it is without
     one: the recorder's store write raised on it, so the evaluator counted an invalid
     ``env_error`` that left every success denominator."""
-    from agentgym_envs.eval.store import TrajectoryStore
+    from agentgym_envs.store import TrajectoryStore
 
     store = tmp_path / "t.sqlite"
     bad = _played(hostile, store, "hostile", **env_kwargs)

@@ -22,7 +22,7 @@ from agentgym_envs.eval.export import (
     export_sft,
     preference_rows,
 )
-from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+from agentgym_envs.store import StoredEpisode, TrajectoryStore
 from agentgym_envs.wrappers.recording import RecordingWrapper
 from tests.eval.test_store import episode
 

@@ -24,7 +24,7 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tools import ToolKind
 from agentgym_envs.eval.export import export_hf, export_sft, sft_rows
 from agentgym_envs.eval.export_native import NATIVE_DATASETS_MIN
-from agentgym_envs.eval.store import StoredEpisode, TrajectoryStore
+from agentgym_envs.store import StoredEpisode, TrajectoryStore
 from agentgym_envs.wrappers.recording import RecordingWrapper
 
 # Sokoban: one call per turn, the whole observation answers it. Retail, ood split: tools

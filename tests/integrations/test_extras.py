@@ -102,7 +102,7 @@ CALLS = [
         "hf-export",
         ["datasets"],
         "import tempfile\nfrom agentgym_envs.eval.export import export_hf\n"
-        "from agentgym_envs.eval.store import TrajectoryStore\n"
+        "from agentgym_envs.store import TrajectoryStore\n"
         "folder = tempfile.mkdtemp()\n"
         "export_hf(TrajectoryStore(folder + '/t.sqlite'), folder + '/out')",
         "eval",

@@ -133,8 +133,8 @@ def test_a_break_in_the_evaluators_path_is_a_breach() -> None:
 
 
 def test_the_evaluators_path_is_recorded_reported_and_watched(tmp_path) -> None:
-    from agentgym_envs.eval.store import TrajectoryStore
     from agentgym_envs.redteam.evaluator import evaluator_verdict
+    from agentgym_envs.store import TrajectoryStore
 
     played = Attack(
         name="t/x", family="games", hole="h", env_id=EVAL_ENV, script=scripted("add(n=1)")

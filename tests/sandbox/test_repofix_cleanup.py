@@ -16,8 +16,9 @@ import pytest
 
 import agentgym_envs  # noqa: F401 - registers the envs
 from agentgym_envs.core import scratch
-from agentgym_envs.eval.workers import EnvCrashed, ProcessSlot
+from agentgym_envs.distributed.results import CrashCode
 from agentgym_envs.repofix.env import RepoFixEnv
+from agentgym_envs.rollout import ProcessEnvSlots
 from tests.sandbox.support import needs_bwrap
 
 TASK = "repofix-intervals-easy-test-1000001"
@@ -107,18 +108,22 @@ def test_a_killed_envs_folders_are_reaped_by_the_next_env() -> None:
 @needs_bwrap
 @pytest.mark.timeout(180)
 def test_the_evaluators_worker_kill_leaves_nothing() -> None:
-    slot = ProcessSlot(functools.partial(gym.make, "agentgym/RepoFix-v1"), step_timeout_s=60)
+    factory = functools.partial(gym.make, "agentgym/RepoFix-v1")
+    slots = ProcessEnvSlots(factory, 1, step_timeout_s=60, strict=False)
     try:
-        slot.reset(0, {"task_id": TASK})
-        pid = slot._proc.pid
-        slot.step(json.dumps({"name": "run", "arguments": {"cmd": "head -c 1M /dev/zero > b"}}))
+        assert not slots.reset(0, 0, {"task_id": TASK}).crashed
+        worker = slots.workers[0]
+        pid = worker._proc.pid
+        run = json.dumps({"name": "run", "arguments": {"cmd": "head -c 1M /dev/zero > b"}})
+        assert not slots.step_many([(0, run)])[0].crashed
         assert len(owned_by(pid)) >= 2  # its workspace folder and its verification folder
-        slot._timeout = 0.5  # the next command outlasts the step timeout: the worker is killed
-        with pytest.raises(EnvCrashed, match="did not answer"):
-            slot.step(json.dumps({"name": "run", "arguments": {"cmd": "sleep 20"}}))
+        worker._timeout = 0.5  # the next command outlasts the step timeout: the worker is killed
+        sleep = json.dumps({"name": "run", "arguments": {"cmd": "sleep 20"}})
+        [result] = slots.step_many([(0, sleep)])
+        assert result.code is CrashCode.STEP_TIMEOUT and "did not answer" in result.error
         assert owned_by(pid) == []
     finally:
-        slot.close()
+        slots.close()
 
 
 @pytest.mark.sandbox

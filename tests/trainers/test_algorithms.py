@@ -4,6 +4,7 @@ the algorithm and never branches on its name, and adding one is a registry entry
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from agentgym_trainers.algorithms.base import Algorithm, Learner
 from agentgym_trainers.algorithms.group import GRPO
 from agentgym_trainers.algorithms.reinforce import Reinforce
 from agentgym_trainers.batch import TrainSeq
-from agentgym_trainers.config import ALGOS, TrainConfig
+from agentgym_trainers.config import ALGO_TRAITS, ALGOS, TrainConfig
 from agentgym_trainers.rollout import Trajectory
 from agentgym_trainers.trainer import Trainer
 from tests.trainers.test_trainer import make_config, rollout
@@ -42,13 +43,14 @@ def test_config_checks_agree_with_the_algorithm(name: str) -> None:
         accepts_one = True
     except ConfigError:
         accepts_one = False
-    assert accepts_one is not cls.needs_group
+    assert accepts_one is not cls.traits.needs_group
     try:
         TrainConfig.from_flat(**base, steps=0)
         runs_without_rl = True
     except ConfigError:
         runs_without_rl = False
-    assert runs_without_rl is not cls.rl
+    assert runs_without_rl is not cls.traits.rl
+    assert cls.traits is ALGO_TRAITS[name]  # declared once, in the torch-free config
 
 
 def test_unknown_algorithm_suggests_the_closest() -> None:
@@ -106,3 +108,28 @@ def test_algorithm_state_loads_from_checkpoints_written_before() -> None:
     grpo = GRPO(TrainConfig(), learner)
     grpo.load_state_dict({"decay": 0.9, "value": None})  # GRPO keeps no state
     assert grpo.state_dict() == {}
+
+
+def test_a_new_algorithm_is_its_module_and_one_table_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pairwise_algo.py").write_text(
+        "from agentgym_trainers.algorithms.group import GRPO\n"
+        "class Pairwise(GRPO):\n"
+        "    name = 'pairwise'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    traits = dataclasses.replace(ALGO_TRAITS["grpo"], impl="pairwise_algo:Pairwise")
+    monkeypatch.setitem(ALGO_TRAITS, "pairwise", traits)
+    monkeypatch.delitem(registry.ALGORITHMS, "pairwise", raising=False)
+    cls = registry.algorithm_class("pairwise")
+    assert cls.__name__ == "Pairwise" and cls.traits is traits
+    monkeypatch.delitem(registry.ALGORITHMS, "pairwise")
+    assert TrainConfig.from_flat(algo="pairwise", group_size=2).algo == "pairwise"
+    for impl, why in [
+        ("pairwise_algo", "must be 'module:Class'"),
+        ("pairwise_algo:Missing", "cannot import"),
+        ("agentgym_trainers.algorithms.group:GRPO", "is not an Algorithm named 'pairwise'"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            registry.load("pairwise", impl)

@@ -24,18 +24,16 @@ import torch
 
 from agentgym_envs.cli import main
 from agentgym_envs.core.info import Outcome
-from agentgym_envs.eval.store import TrajectoryStore
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.http_generator import HttpGenerator
 from agentgym_envs.llm.sampler import Sampler
+from agentgym_envs.store import TrajectoryStore
 from agentgym_trainers.async_rollout import (
-    AsyncRollouts,
     PolicyWeights,
     RolloutTimeoutError,
     RolloutWorkerError,
     ThreadRolloutWorker,
-    local_worker,
     snapshot,
 )
 from agentgym_trainers.batch import TrainSeq, sequences
@@ -137,7 +135,7 @@ def straddling_group(tmp_path: Path) -> tuple[Trainer, list[Trajectory], torch.n
         for p in new.parameters():
             p.add_(torch.randn(p.shape, generator=noise) * 0.05)
     pending.append(snapshot(new, 1))
-    worker = holder["worker"] = local_worker(trainer)
+    worker = holder["worker"] = trainer.thread_worker()
     worker.submit([RolloutJob(trainer.tasks[0], 7, 0)] * 2)
     worker.start()
     try:
@@ -385,7 +383,7 @@ def test_generation_server_failures_are_env_errors_in_the_worker(
     trainer = Trainer(config(tmp_path))
     policy = ServerPolicy(dead_url())
     try:
-        trainer.rollouts = AsyncRollouts(trainer, ThreadRolloutWorker(trainer.make_runner, policy))
+        trainer.rollouts = trainer.async_rollouts(ThreadRolloutWorker(trainer.make_runner, policy))
         metrics = trainer.rl_step()
         assert metrics["env_error_rate"] == 1.0 and metrics["episodes"] == 4.0
         assert metrics["updates"] == 0.0 and trainer.version == 0

@@ -20,6 +20,7 @@ from agentgym_envs.distributed.cluster import LocalCluster
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.engine import StaticEngine
 from agentgym_envs.llm.sampler import Sampler
+from agentgym_envs.rollout import EnvSlots
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.branching import (
     branch_turns,
@@ -29,7 +30,7 @@ from agentgym_trainers.branching import (
     write_tools,
 )
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.env_slots import EnvSlots, pool_slots
+from agentgym_trainers.env_slots import pool_slots
 from agentgym_trainers.rollout import (
     RolloutJob,
     RolloutRunner,

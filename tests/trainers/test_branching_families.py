@@ -31,7 +31,7 @@ import agentgym_envs  # noqa: F401  (registers the envs)
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.sampler import Sampler
-from agentgym_trainers.env_slots import Script, oracle_script
+from agentgym_envs.rollout import Script, oracle_script
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory, TurnCheckpoint
 from tests.sandbox.support import needs_bwrap
 from tests.web.support import needs_browser

@@ -21,18 +21,12 @@ import torch
 
 from agentgym_envs.core.errors import ClosedError, ConfigError
 from agentgym_envs.distributed.cluster import LocalCluster
-from agentgym_envs.eval.store import TrajectoryStore
+from agentgym_envs.store import TrajectoryStore
 from agentgym_trainers import ray_rollout
-from agentgym_trainers.async_rollout import (
-    AsyncRollouts,
-    RolloutTimeoutError,
-    RolloutWorkerError,
-    local_worker,
-    snapshot,
-)
+from agentgym_trainers.async_rollout import RolloutTimeoutError, RolloutWorkerError, snapshot
 from agentgym_trainers.batch import sequences
 from agentgym_trainers.config import TrainConfig, parse
-from agentgym_trainers.ray_rollout import RayRolloutWorker, ray_worker
+from agentgym_trainers.ray_rollout import RayRolloutWorker
 from agentgym_trainers.rollout import RolloutJob, Trajectory
 from agentgym_trainers.run import train
 from agentgym_trainers.trainer import Trainer, env_seed
@@ -74,7 +68,7 @@ def test_the_ray_worker_plays_what_the_thread_worker_plays(
     request.addfinalizer(lambda: torch.set_num_threads(threads))
     trainer = Trainer(ray_config(tmp_path, ray_cluster))
     jobs = trainer.jobs(0)
-    thread, remote = local_worker(trainer), ray_worker(trainer)
+    thread, remote = trainer.thread_worker(), trainer.ray_worker()
     handle = remote.actor
     try:
         got = []
@@ -118,7 +112,7 @@ def test_pushed_weights_sample_the_turns_after_the_push(
     with torch.no_grad():
         for p in new.parameters():
             p.add_(torch.randn(p.shape, generator=noise) * 0.05)
-    worker = ray_worker(trainer)
+    worker = trainer.ray_worker()
     try:
         worker.submit([RolloutJob(trainer.tasks[0], 7, 0)] * 2)
         worker.start()
@@ -168,7 +162,7 @@ def test_a_killed_actor_is_a_rollout_worker_error_in_the_learner(
     cfg = ray_config(tmp_path, ray_cluster, tasks_per_step=1, max_lag=0)
     trainer = Trainer(cfg, make_env=make_env)
     try:
-        trainer.rollouts = AsyncRollouts(trainer)
+        trainer.rollouts = trainer.async_rollouts()
         worker = trainer.rollouts.worker
         assert isinstance(worker, RayRolloutWorker)
         handle = worker.actor
@@ -192,13 +186,14 @@ def test_train_with_a_ray_rollout_worker(
     was handed out after the first update's push, so the actor sampled it with version 1;
     no token is staler than max_lag, and the actor is gone when train() returns."""
     actors: list[Any] = []
+    ray_worker = Trainer.ray_worker
 
     def recorded(trainer: Trainer) -> RayRolloutWorker:
         worker = ray_worker(trainer)
         actors.append(worker.actor)
         return worker
 
-    monkeypatch.setattr(ray_rollout, "ray_worker", recorded)  # make_worker looks it up
+    monkeypatch.setattr(Trainer, "ray_worker", recorded)  # rollout_worker looks it up
     summary = train(ray_config(tmp_path, ray_cluster, steps=3, max_lag=1))
     assert len(actors) == 1 and dead(actors[0])
     run = Path(summary["config"]["run_dir"])
@@ -250,7 +245,7 @@ def test_the_rollout_actor_plays_the_learners_grown_tasks_and_never_regrows_them
         shipped = {t.id for t in shipped_set.pool("train", "easy")}
         generated = [t for t in trainer.tasks if t not in shipped]
         assert len(trainer.tasks) == 260 and generated
-        spec = pickle.loads(pickle.dumps(ray_rollout.actor_spec(trainer)))
+        spec = pickle.loads(pickle.dumps(trainer.actor_spec()))
 
         def regrow(*args: Any, **kwargs: Any) -> Any:
             raise AssertionError("the actor grew the train pool in its own process")

@@ -24,7 +24,8 @@ from agentgym_envs.distributed.cluster import LocalCluster
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.generation import Generator, Sample, SamplingSettings
 from agentgym_envs.llm.sampler import Sampler
-from agentgym_trainers.env_slots import PoolEnvSlots, oracle_script, pool_slots
+from agentgym_envs.rollout import RayEnvSlots, oracle_script
+from agentgym_trainers.env_slots import pool_slots
 from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
 from tests.distributed.kills import dead
 
@@ -34,7 +35,7 @@ JOBS = [RolloutJob(None, seed, seed) for seed in (3, 5, 8, 13)]
 
 
 def runner(
-    tokenizer: Any, generator: Generator, slots: PoolEnvSlots | None, **env_kwargs: Any
+    tokenizer: Any, generator: Generator, slots: RayEnvSlots | None, **env_kwargs: Any
 ) -> RolloutRunner:
     return RolloutRunner(
         lambda: gym.make(LAKE, **env_kwargs),
@@ -52,7 +53,7 @@ def greedy(tokenizer: Any, model: Any) -> Sampler:
     return Sampler(model, eos_ids=[chat.eos_id], pad_id=chat.pad_id, temperature=0.0, seed=0)
 
 
-def on_pool(**env_kwargs: Any) -> PoolEnvSlots:
+def on_pool(**env_kwargs: Any) -> RayEnvSlots:
     return pool_slots(LAKE, 2, env_kwargs=env_kwargs, envs_per_actor=1)
 
 
@@ -112,7 +113,7 @@ class KillsAnActor:
     """A generator that kills the actor of slot ``slot`` before its ``at``-th call (a
     real ``ray.kill`` of the actor process, between two turns of a live episode)."""
 
-    def __init__(self, inner: Sampler, slots: PoolEnvSlots, slot: int, at: int) -> None:
+    def __init__(self, inner: Sampler, slots: RayEnvSlots, slot: int, at: int) -> None:
         self.inner, self.slots, self.slot, self.at = inner, slots, slot, at
         self.calls = 0
 

@@ -16,7 +16,7 @@ from gymnasium.utils.env_checker import check_env
 
 from agentgym_envs.cli import main
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.eval.store import TrajectoryStore
+from agentgym_envs.store import TrajectoryStore
 from agentgym_trainers.config import TrainConfig, field_docs, flat_docs, parse
 from agentgym_trainers.envs import DigitFractionEnv, register
 from agentgym_trainers.provenance import cpu_model, platform_info, replay_platform
@@ -37,9 +37,11 @@ def test_every_config_field_is_a_documented_flag() -> None:
     flat = flat_docs(TrainConfig)
     assert set(flat) == set(TrainConfig().to_json())
     assert all(len(text) > 10 for text in flat.values())
-    cfg = parse(["--algo", "ppo", "--dual-clip", "3", "--whiten", "--env-kwargs", '{"a": 1}'])
+    cfg = parse(
+        ["--algo", "ppo", "--dual-clip", "3", "--whiten", "--env-kwargs", '{"max_steps": 4}']
+    )
     got = (cfg.algo, cfg.objective.dual_clip, cfg.advantage.whiten, cfg.data.env_kwargs)
-    assert got == ("ppo", 3.0, True, {"a": 1})
+    assert got == ("ppo", 3.0, True, {"max_steps": 4})
     assert parse(["--vf-clip", "none"]).objective.vf_clip is None
 
 

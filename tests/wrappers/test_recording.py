@@ -14,7 +14,7 @@ from agentgym_envs.core.env import AgentEnv
 from agentgym_envs.core.episode import Truncation
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.spaces import TextSpace
-from agentgym_envs.eval.store import TrajectoryStore
+from agentgym_envs.store import TrajectoryStore
 from agentgym_envs.wrappers.recording import RecordingWrapper
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from agentgym_envs.core.episode import EpisodeSummary, Truncation
 from agentgym_envs.core.errors import AgentGymError, ConfigError
@@ -288,6 +288,15 @@ class StoredEpisode:
                 f"unknown StoredEpisode fields {unknown}; expected a subset of {sorted(names)}"
             )
         return cls(**data)
+
+
+class EpisodeSink(Protocol):
+    """Where a recorder writes finished episodes: a :class:`TrajectoryStore`, or an
+    actor's :class:`~agentgym_envs.distributed.host.EpisodeOutbox` that hands them over."""
+
+    def add(self, ep: StoredEpisode, /) -> int | None:
+        """Keep ``ep``; its row id, or None (a duplicate, or no row here)."""
+        ...
 
 
 class TrajectoryStore:

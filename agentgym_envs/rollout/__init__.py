@@ -1,0 +1,45 @@
+"""The rollout layer: env slots that play episodes wherever the envs live.
+
+* :mod:`~agentgym_envs.rollout.slots`: the :class:`EnvSlots` protocol (reset a slot,
+  step several at once, snapshots, scripted policies), :data:`Script` and
+  :func:`oracle_script`, :func:`snapshot_api`, :class:`EnvCrashed`;
+* :mod:`~agentgym_envs.rollout.local`: :class:`LocalEnvSlots`, envs in this process;
+* :mod:`~agentgym_envs.rollout.process`: :class:`ProcessEnvSlots`, one worker process
+  per slot;
+* :mod:`~agentgym_envs.rollout.ray_slots`: :class:`RayEnvSlots`, the slots of a Ray env
+  pool (imports no ray until a pool is built);
+* :mod:`~agentgym_envs.rollout.factory`: :class:`SlotIsolation` and :func:`make_slots`.
+
+The evaluator (:mod:`agentgym_envs.eval.evaluate`) and the reference trainer
+(``agentgym_trainers.rollout``) play on these slots.
+"""
+
+from agentgym_envs.rollout.factory import SlotIsolation, make_slots
+from agentgym_envs.rollout.local import LocalEnvSlots
+from agentgym_envs.rollout.process import ProcessEnvSlots, ProcessWorker
+from agentgym_envs.rollout.ray_slots import RayEnvSlots
+from agentgym_envs.rollout.slots import (
+    EnvCrashed,
+    EnvFactory,
+    EnvSlots,
+    Note,
+    Script,
+    oracle_script,
+    snapshot_api,
+)
+
+__all__ = [
+    "EnvCrashed",
+    "EnvFactory",
+    "EnvSlots",
+    "LocalEnvSlots",
+    "Note",
+    "ProcessEnvSlots",
+    "ProcessWorker",
+    "RayEnvSlots",
+    "Script",
+    "SlotIsolation",
+    "make_slots",
+    "oracle_script",
+    "snapshot_api",
+]
