@@ -30,7 +30,7 @@ def test_splits_are_disjoint_and_complete(cls) -> None:
     assert not keys["train"] & keys["test"]
     assert not keys["train"] & keys["ood"]
     assert not keys["test"] & keys["ood"]
-    # RepoFixReal's shipped set is a build of 436 tasks (docs/results/repofix_real):
+    # RepoFixReal's shipped set is a build of 730 tasks (docs/results/repofix_real):
     # every split and level holds some, its smallest (test, hard) a single task
     least = 1 if cls.name == "RepoFixReal" else 50
     for split, counts in tasks.counts().items():
