@@ -18,8 +18,11 @@ from tests.env_params import env_params
 SLOW_FAMILIES = {"sandbox", "web"}
 # the default run sweeps every n-th task of the families whose sweep takes long
 SAMPLED = {"sandbox": 150, "web": 50, "business": 6}
+# a whole sweep of a slow family grades every task (RepoFixReal: 730 tasks, two gradings
+# of seconds each), far past the suite's per-test timeout
+FULL_SWEEP = [pytest.mark.slow, pytest.mark.timeout(4 * 3600)]
 DETERMINISTIC = [
-    pytest.param(e, 1, marks=[*p.marks, *([pytest.mark.slow] if e.family in SAMPLED else [])])
+    pytest.param(e, 1, marks=[*p.marks, *(FULL_SWEEP if e.family in SAMPLED else [])])
     for e, p in ((e, env_params([e])[0]) for e in ENVS)
     if not e.kwargs
 ] + [
