@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 from rich.text import Text
 
 from agentgym_envs.core.unicode import valid_text
@@ -114,3 +116,13 @@ class ProgressLog:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def print_figures(title: str, rows: Sequence[tuple[str, str]], console: Console) -> None:
+    """A benchmark's figures as a two-column table (figure, median) on a rich console."""
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("median", justify="right")
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)

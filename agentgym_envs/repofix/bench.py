@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym_envs  # noqa: F401  (registers the envs)
+from agentgym_envs.console import print_figures
 from agentgym_envs.core import Outcome, Task
 from agentgym_envs.registration import EnvEntry
 from agentgym_envs.repofix.env import RepoFixEnv
@@ -157,11 +158,7 @@ def _concurrent(tasks: Sequence[Task], n: int) -> tuple[float, float]:
 
 def print_bench(r: SandboxBench, console: Any) -> None:
     """The table of :func:`bench_repofix` (``agentgym bench RepoFix``; rich)."""
-    from rich.table import Table
-
-    table = Table(title=f"{r.env_id} benchmark ({r.backend} backend, isolation {r.isolation})")
-    table.add_column("figure")
-    table.add_column("median", justify="right")
+    title = f"{r.env_id} benchmark ({r.backend} backend, isolation {r.isolation})"
     rows = (
         ("reset, first time for a task (git repo built)", f"{r.reset_cold_ms_median:.1f} ms"),
         ("reset (copy of the task's template on tmpfs)", f"{r.reset_ms_median:.1f} ms"),
@@ -181,6 +178,4 @@ def print_bench(r: SandboxBench, console: Any) -> None:
             f"{r.concurrent_wall_s:.2f} s wall, success {r.concurrent_success:.0%}",
         ),
     )
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
+    print_figures(title, rows, console)

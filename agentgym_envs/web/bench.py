@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym_envs  # noqa: F401  (registers the envs)
+from agentgym_envs.console import print_figures
 from agentgym_envs.core import Outcome, Task
 from agentgym_envs.registration import EnvEntry
 from agentgym_envs.web.browser import browser_pids
@@ -128,11 +129,7 @@ def _concurrent(tasks: Sequence[Task], n: int) -> tuple[float, float, float]:
 
 def print_bench(r: WebBench, console: Any) -> None:
     """The table of :func:`bench_webshop` (``agentgym bench WebShop``; rich)."""
-    from rich.table import Table
-
-    table = Table(title=f"{r.env_id} benchmark (headless Chromium, one browser per process)")
-    table.add_column("figure")
-    table.add_column("median", justify="right")
+    title = f"{r.env_id} benchmark (headless Chromium, one browser per process)"
     rows = (
         ("reset (database restore + fresh context + first page)", f"{r.reset_ms_median:.0f} ms"),
         (f"step: action + observation ({r.steps} oracle steps)", f"{r.step_ms_median:.0f} ms"),
@@ -147,6 +144,4 @@ def print_bench(r: WebBench, console: Any) -> None:
         ("browser memory per extra live episode", f"{r.browser_mib_per_episode:.0f} MiB"),
         ("Chromium processes", str(r.browser_processes)),
     )
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
+    print_figures(title, rows, console)
