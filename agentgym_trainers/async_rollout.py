@@ -63,15 +63,15 @@ import torch
 
 from agentgym_envs.core.errors import AgentGymError, ClosedError
 from agentgym_envs.llm.generation import Generator
-from agentgym_trainers.algorithms.offpolicy import lag_keep_mask
-from agentgym_trainers.batch import TrainSeq
-from agentgym_trainers.rollout import (
+from agentgym_envs.rollout.episodes import (
     RolloutJob,
     RolloutRunner,
     RolloutStats,
     Trajectory,
     token_versions,
 )
+from agentgym_trainers.algorithms.offpolicy import lag_keep_mask
+from agentgym_trainers.batch import TrainSeq
 
 if TYPE_CHECKING:
     from agentgym_envs.llm.sampler import Sampler

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentgym_envs.llm import precision
-from agentgym_trainers.rollout import Trajectory, token_versions
+from agentgym_envs.rollout.episodes import Trajectory, token_versions
 
 
 @dataclass

@@ -4,7 +4,7 @@ A group advantage gives every turn of an episode the same credit. Branch rollout
 chosen turn its own (VinePPO-style Monte-Carlo estimates from intermediate states):
 
 1. while the step's episodes are played, the runner keeps a checkpoint before every turn
-   (:class:`~agentgym_trainers.rollout.TurnCheckpoint`: the env's snapshot through the
+   (:class:`~agentgym_envs.rollout.episodes.TurnCheckpoint`: the env's snapshot through the
    public ``env.unwrapped.get_state()``, and the policy's context: its token ids, chat,
    episode bookkeeping);
 2. up to ``branch_max_turns`` turns of each valid episode are chosen by the rule (below)
@@ -77,6 +77,7 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tools import ToolKind
 from agentgym_envs.core.views import TOOLSET, env_view
 from agentgym_envs.rollout import LocalEnvSlots, snapshot_api
+from agentgym_envs.rollout.episodes import RolloutRunner, Segment, Trajectory, TurnCheckpoint
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.advantages import (
     grpo_advantages,
@@ -85,7 +86,6 @@ from agentgym_trainers.algorithms.advantages import (
 )
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.rollout import RolloutRunner, Segment, Trajectory, TurnCheckpoint
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The trainer's env slots: how its envs are built, and its Ray env pool.
 
-:class:`~agentgym_trainers.rollout.RolloutRunner` plays on the env slots of
+:class:`~agentgym_envs.rollout.episodes.RolloutRunner` plays on the env slots of
 :mod:`agentgym_envs.rollout` (:class:`~agentgym_envs.rollout.EnvSlots`): ``n`` envs in
 this process (:class:`~agentgym_envs.rollout.LocalEnvSlots`, ``--env-backend local``)
 or the slots of a Ray env pool (:func:`pool_slots`, ``--env-backend ray``). Both are

@@ -48,6 +48,7 @@ from agentgym_envs.distributed.session import INSTALL_HINT, connect, require_ray
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.models import load_model
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner, RolloutStats
 from agentgym_trainers.async_rollout import (
     FinishedGroup,
     LocalPolicy,
@@ -58,7 +59,6 @@ from agentgym_trainers.async_rollout import (
 )
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.env_slots import make_trainer_env, pool_slots, trainer_env_kwargs
-from agentgym_trainers.rollout import RolloutJob, RolloutRunner, RolloutStats
 from agentgym_trainers.rollout_setup import rollout_engine, rollout_runner, rollout_sampler
 
 log = logging.getLogger(__name__)

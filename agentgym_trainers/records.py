@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentgym_envs.rollout.episodes import Trajectory
 from agentgym_envs.store import StoredEpisode
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.rollout import Trajectory
 
 # the record fields a stored episode holds in its own fields; the rest go to ``extra``
 _KEPT = {"task_id", "seeds", "policy_version", "versions", "rewards", "reward_components"}

@@ -19,8 +19,8 @@ from agentgym_envs.llm.engine import StaticEngine, supports
 from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_envs.rollout import EnvSlots
+from agentgym_envs.rollout.episodes import RolloutRunner
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.rollout import RolloutRunner
 
 
 def rollout_engine(

@@ -21,12 +21,12 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_envs.rollout import oracle_script
+from agentgym_envs.rollout.episodes import RolloutJob, Trajectory
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.sft import SFT
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.provenance import platform_info
-from agentgym_trainers.rollout import RolloutJob, Trajectory
 from agentgym_trainers.runlog import read_metrics
 from agentgym_trainers.trainer import Trainer, _chunks, env_seed
 

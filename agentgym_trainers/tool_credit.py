@@ -50,9 +50,9 @@ from agentgym_envs.core.spans import Blame, Span
 from agentgym_trainers import distributed as dist
 
 if TYPE_CHECKING:
+    from agentgym_envs.rollout.episodes import Segment, Trajectory
     from agentgym_trainers.batch import TrainSeq
     from agentgym_trainers.config import TrainConfig
-    from agentgym_trainers.rollout import Segment, Trajectory
 
 log = logging.getLogger(__name__)
 

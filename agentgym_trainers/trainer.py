@@ -49,6 +49,7 @@ from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.models import load_model, resolve_device
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_envs.rollout import LocalEnvSlots
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner, Trajectory
 from agentgym_envs.store import TrajectoryStore
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms import (
@@ -74,7 +75,6 @@ from agentgym_trainers.env_slots import make_trainer_env, pool_slots, trainer_en
 from agentgym_trainers.envs import register as register_fixtures
 from agentgym_trainers.model import ValueHead
 from agentgym_trainers.records import stored_episode
-from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
 from agentgym_trainers.rollout_setup import rollout_engine, rollout_runner, rollout_sampler
 from agentgym_trainers.runlog import RunLogger, parse_trackers
 

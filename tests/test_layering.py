@@ -244,6 +244,7 @@ LAYERS = (
     "agentgym_envs.store",  # the trajectory store: plain episodes in SQLite
     "agentgym_envs.wrappers",  # cross-cutting behaviour around an env, the recorder
     "agentgym_envs.distributed",  # env actors and the Ray pool
+    "agentgym_envs.rollout",  # env slots and the one turn loop
     "agentgym_envs.eval",  # suites, the evaluator, reports, the store's CLI
 )
 """Lowest first. A module of a layer may import its own layer and those below it, never

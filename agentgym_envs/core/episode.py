@@ -39,6 +39,7 @@ class Truncation(StrEnum):
     BUDGET = "budget"  # the env's own step, error or cost budget ran out
     WRAPPER = "wrapper"  # a wrapper (Gymnasium's TimeLimit ...) cut it while the env went on
     CONTEXT_LIMIT = "context_limit"  # the policy's next turn did not fit its context window
+    TURN_LIMIT = "turn_limit"  # the rollout's turn limit (``max_turns``) cut it
 
 
 class EpisodeStateError(AgentGymError, RuntimeError):

@@ -3,7 +3,10 @@
 Trainers that take a rollout function (TRL's ``rollout_func``, verl's agent loops) want,
 per episode, the prompt ids, one completion sequence of sampled and env tokens, the
 sampler's log-probabilities and a mask that tells them apart. :func:`play_text_episodes`
-plays a batch of episodes with any :class:`~agentgym_envs.llm.generation.Generator`:
+plays a batch of episodes with any :class:`~agentgym_envs.llm.generation.Generator`, on
+the library's one turn loop (:class:`~agentgym_envs.rollout.episodes.RolloutRunner`, the
+reference trainer's too, with the ``truncate`` context policy), and hands each
+trajectory back as a :class:`TextEpisode`:
 
 * the prompt is the env's system prompt and first observation, rendered by
   :class:`~agentgym_envs.llm.chat.ChatFormat` (env text encoded with special tokens
@@ -13,29 +16,27 @@ plays a batch of episodes with any :class:`~agentgym_envs.llm.generation.Generat
   assistant turn and a user turn holding the observation (mask 0, log-probability 0);
 * sampled ids are never re-tokenized.
 
-The chat grows as in the trainer's runner (:mod:`agentgym_envs.rollout.turns`).
-
 An episode stops when the env ends it, after ``max_turns`` turns, or when the next turn
-would not fit in ``max_completion_tokens`` (the episode is then cut, and scored with the
-rewards the env paid so far). An env that raises is an env error: the episode is marked
-invalid (``valid`` False), which trainers mask, never a reward.
+would not fit in ``max_completion_tokens`` (the episode is then cut, outcome
+``timeout``, and scored with the rewards the env paid so far). An env that raises, or a
+generation server that fails, is an env error: the episode is marked invalid (``valid``
+False), which trainers mask, never a reward.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from agentgym_envs.core.errors import AgentGymError
+from agentgym_envs.core.episode import Truncation
 from agentgym_envs.llm.chat import ChatFormat, Message
-from agentgym_envs.llm.generation import Generator, Sample
-from agentgym_envs.rollout.turns import answer_ids, head_messages, system_of
-
-log = logging.getLogger(__name__)
+from agentgym_envs.llm.generation import Generator
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner, Trajectory
+from agentgym_envs.rollout.local import LocalEnvSlots
+from agentgym_envs.rollout.turns import head_messages
 
 MIN_TURN_TOKENS = 8
 """A turn is not started with room for fewer sampled tokens than this."""
@@ -100,7 +101,8 @@ def play_text_episodes(
     """Play one episode per start, ``starts[i]`` on ``envs[i]``, sampling in batches.
 
     Args:
-        envs: one env per start (at least as many as starts).
+        envs: one env per start (with fewer, an env plays its next start once its
+            episode ends). They stay open: the caller owns them.
         starts: the episodes to play.
         chat: the tokenizer's chat format.
         generator: samples each turn (its settings and weights are the policy's).
@@ -115,82 +117,64 @@ def play_text_episodes(
     Raises:
         AgentGymError: a reset was misconfigured (an unknown task id, for example).
     """
-    episodes = [
-        _start(env, start, chat, system_prompt) for env, start in zip(envs, starts, strict=False)
-    ]
-    live = [i for i, ep in enumerate(episodes) if not ep.done]
-    while live:
-        prompts = [episodes[i].prompt_ids + episodes[i].completion_ids for i in live]
-        budgets = [
-            min(max_turn_tokens, max_completion_tokens - len(episodes[i].completion_ids))
-            for i in live
-        ]
-        samples = generator.generate(prompts, budgets)
-        live = [
-            i
-            for i, sample in zip(live, samples, strict=True)
-            if _advance(
-                envs[i],
-                episodes[i],
-                sample,
-                chat,
-                max_completion_tokens,
-                max_turns,
-                max_turn_tokens,
-            )
-        ]
-    return episodes
+    if not starts:
+        return []
+    runner = RolloutRunner(
+        _no_new_envs,
+        chat,
+        generator,
+        n_envs=len(envs),
+        max_new_tokens=max_turn_tokens,
+        max_context=None,
+        context_policy="truncate",
+        system_prompt=system_prompt,
+        slots=LocalEnvSlots.borrowed(envs),
+        max_completion=max_completion_tokens,
+        max_turns=max_turns,
+        min_turn_tokens=MIN_TURN_TOKENS,
+        cache_rows=False,
+    )
+    jobs = [RolloutJob(None, s.seed, i, options=dict(s.options)) for i, s in enumerate(starts)]
+    trajectories, _ = runner.collect(jobs, policy_version=0)
+    return [_text_episode(t, chat) for t in trajectories]
 
 
-def _start(
-    env: gym.Env[Any, Any], start: EpisodeStart, chat: ChatFormat, system_prompt: bool
-) -> TextEpisode:
-    try:
-        obs, info = env.reset(seed=start.seed, options=dict(start.options))
-    except AgentGymError:
-        raise  # a configuration mistake, not an env failure
-    except Exception:
-        log.exception("env reset failed; the episode is an env error (masked)")
+def _no_new_envs() -> gym.Env[Any, Any]:
+    raise AssertionError("play_text_episodes plays on the caller's envs only")
+
+
+def _text_episode(traj: Trajectory, chat: ChatFormat) -> TextEpisode:
+    """The adapters' record of one trajectory of the turn loop (one segment: the loop
+    runs with the ``truncate`` policy)."""
+    ep = traj.episode
+    if not traj.observations:  # the reset failed: an env error, one masked token
         messages: list[Message] = [{"role": "user", "content": "(the environment failed)"}]
-        episode = TextEpisode(chat.render_ids(messages, True), outcome="env_error", valid=False)
-        episode.extend([chat.eos_id], None)
-        episode.done = True
-        return episode
-    messages = head_messages(system_of(info, system_prompt), obs)
-    return TextEpisode(chat.render_ids(messages, True), messages=messages)
-
-
-def _advance(
-    env: gym.Env[Any, Any],
-    ep: TextEpisode,
-    sample: Sample,
-    chat: ChatFormat,
-    max_completion_tokens: int,
-    max_turns: int | None,
-    max_turn_tokens: int,
-) -> bool:
-    """Append a sample, step the env, append the observation. False when it ended."""
-    ep.extend(sample.ids, sample.logprobs)
-    content = chat.content(sample.ids)
-    ep.turns += 1
-    try:
-        obs, reward, terminated, truncated, info = env.step(content)
-    except Exception:
-        log.exception("env step failed; the episode is an env error (masked)")
-        ep.outcome, ep.valid, ep.done = "env_error", False, True
-        return False
-    ep.pay(reward, info)
-    if terminated or truncated:
-        ep.done = True
-        return False
-    # 1. the template's end of the assistant turn, then a user turn with the observation
-    close, opened = answer_ids(chat, ep.messages, content, sample.ended, obs)
-    # 2. stop when the next turn would not fit (or the turn limit is reached)
-    room = max_completion_tokens - len(ep.completion_ids) - len(close) - len(opened)
-    if (max_turns is not None and ep.turns >= max_turns) or room < min(
-        MIN_TURN_TOKENS, max_turn_tokens
-    ):
-        ep.cut = True
-        return False
-    ep.extend(close + opened, None)
-    return True
+        failed = TextEpisode(chat.render_ids(messages, True), outcome="env_error", valid=False)
+        failed.extend([chat.eos_id], None)
+        failed.done = True
+        return failed
+    messages = head_messages(traj.system, traj.observations[0])
+    prompt = chat.render_ids(messages, True)
+    for action, observation in zip(traj.actions, traj.observations[1:], strict=False):
+        messages.append({"role": "assistant", "content": action})
+        messages.append({"role": "user", "content": observation})
+    cut = ep.truncation in (Truncation.CONTEXT_LIMIT, Truncation.TURN_LIMIT)
+    text = TextEpisode(
+        prompt,
+        reward=ep.reward,
+        reward_components=dict(ep.reward_components),
+        outcome=ep.outcome.value,
+        valid=ep.valid,
+        turns=len(traj.actions),
+        cut=cut,
+        done=not cut,
+        messages=messages,
+    )
+    if traj.segments:
+        (segment,) = traj.segments
+        assert segment.ids[: len(prompt)] == prompt, "the segment starts with the prompt"
+        n = len(prompt)
+        text.completion_ids = segment.ids[n:]
+        text.env_mask = segment.mask[n:]
+        text.logprobs = segment.logprobs[n:]
+    return text

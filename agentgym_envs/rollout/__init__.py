@@ -1,4 +1,4 @@
-"""The rollout layer: env slots that play episodes wherever the envs live.
+"""The rollout layer: env slots that play episodes wherever the envs live, and the turn loop.
 
 * :mod:`~agentgym_envs.rollout.slots`: the :class:`EnvSlots` protocol (reset a slot,
   step several at once, snapshots, scripted policies), :data:`Script` and
@@ -8,10 +8,14 @@
   per slot;
 * :mod:`~agentgym_envs.rollout.ray_slots`: :class:`RayEnvSlots`, the slots of a Ray env
   pool (imports no ray until a pool is built);
-* :mod:`~agentgym_envs.rollout.factory`: :class:`SlotIsolation` and :func:`make_slots`.
+* :mod:`~agentgym_envs.rollout.factory`: :class:`SlotIsolation` and :func:`make_slots`;
+* :mod:`~agentgym_envs.rollout.turns`: how an episode's chat grows around sampled ids;
+* :mod:`~agentgym_envs.rollout.episodes`: ``RolloutRunner``, the one token-in, token-out
+  turn loop (the reference trainer's, and the TRL and verl adapters' through
+  :func:`~agentgym_envs.integrations.text_rollout.play_text_episodes`).
 
-The evaluator (:mod:`agentgym_envs.eval.evaluate`) and the reference trainer
-(``agentgym_trainers.rollout``) play on these slots.
+The evaluator (:mod:`agentgym_envs.eval.evaluate`) plays its text policies on these
+slots too.
 """
 
 from agentgym_envs.rollout.factory import SlotIsolation, make_slots

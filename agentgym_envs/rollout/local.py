@@ -8,7 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.errors import AgentGymError, ConfigError
 from agentgym_envs.distributed.results import Call, CrashCode, SlotResult, crashed_result
 from agentgym_envs.rollout.slots import EnvFactory, Note, Script, snapshot_api
 
@@ -45,15 +45,34 @@ class LocalEnvSlots:
         self.strict = strict
         self.envs = [make_env() for _ in range(n)]
         self._was_reset = [False] * n
+        self._borrowed = False
+
+    @classmethod
+    def borrowed(cls, envs: Sequence[gym.Env[Any, Any]]) -> LocalEnvSlots:
+        """Slots over envs the caller owns (an adapter's): not strict, so an exception
+        ends only its episode and the env stays (never replaced, and :meth:`close` leaves
+        it open), except an :class:`~agentgym_envs.core.errors.AgentGymError` from a
+        reset (a misconfigured reset, such as an unknown task id), which is raised."""
+
+        def no_factory() -> gym.Env[Any, Any]:
+            raise AssertionError("borrowed slots never build an env")
+
+        slots = cls(no_factory, 0, strict=False)
+        slots.envs = list(envs)
+        slots._was_reset = [False] * len(slots.envs)
+        slots._borrowed = True
+        return slots
 
     def __len__(self) -> int:
         return len(self.envs)
 
-    def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
+    def reset(self, i: int, seed: int | None, options: Mapping[str, Any] | None) -> SlotResult:
         opts = dict(options) if options is not None else None
         try:
             obs, info = self.envs[i].reset(seed=seed, options=opts)
         except Exception as exc:  # an env crash is an env error, never a policy failure
+            if self._borrowed and isinstance(exc, AgentGymError):
+                raise  # a misconfigured reset: the caller's mistake, not an env failure
             return self._crashed(i, Call.RESET, exc)
         self._was_reset[i] = True
         return SlotResult(i, Call.RESET, obs, info=info)
@@ -87,6 +106,8 @@ class LocalEnvSlots:
         return SlotResult(i, Call.RESET)
 
     def close(self) -> None:
+        if self._borrowed:
+            return
         for env in self.envs:
             if self.strict:
                 env.close()

@@ -212,7 +212,7 @@ class ProcessEnvSlots:
     def envs(self) -> list[RemoteEnv]:
         return [w.env for w in self.workers]
 
-    def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
+    def reset(self, i: int, seed: int | None, options: Mapping[str, Any] | None) -> SlotResult:
         opts = dict(options) if options is not None else None
         try:
             obs, info = self.workers[i].call("reset", (seed, opts))

@@ -58,7 +58,7 @@ class RayEnvSlots:
     def __len__(self) -> int:
         return len(self.pool)
 
-    def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
+    def reset(self, i: int, seed: int | None, options: Mapping[str, Any] | None) -> SlotResult:
         return config_checked(self.pool.reset(i, seed, options), self.strict)
 
     def step_many(

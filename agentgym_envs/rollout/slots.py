@@ -60,7 +60,7 @@ class EnvSlots(Protocol):
         """What a scripted policy reads, one per slot: the env, or its stand-in."""
         ...
 
-    def reset(self, i: int, seed: int, options: Mapping[str, Any] | None) -> SlotResult:
+    def reset(self, i: int, seed: int | None, options: Mapping[str, Any] | None) -> SlotResult:
         """Reset slot ``i`` (``obs`` and ``info`` of the result), or a crashed result."""
         ...
 

@@ -6,9 +6,8 @@ the env's answer as template tokens: the template's close of the assistant turn 
 user turn holding the observation, with the generation prompt
 (:meth:`~agentgym_envs.llm.chat.ChatFormat.close` and
 :meth:`~agentgym_envs.llm.chat.ChatFormat.open`). Sampled ids are never re-tokenized.
-The trainer's runner (``agentgym_trainers.rollout``) and the adapters' episodes
-(:mod:`agentgym_envs.integrations.text_rollout`) both build their chats with these
-functions, so the two see the same tokens for the same episode.
+The turn loop (:mod:`agentgym_envs.rollout.episodes`) builds every chat with these
+functions, for the reference trainer and the adapters alike.
 """
 
 from __future__ import annotations

@@ -21,12 +21,12 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.rollout.episodes import Trajectory
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.advantages import whiten_with
 from agentgym_trainers.algorithms.losses import kl_estimate
 from agentgym_trainers.batch import TrainSeq, sequences
 from agentgym_trainers.config import ALGO_TRAITS, AlgoTraits, TrainConfig
-from agentgym_trainers.rollout import Trajectory
 
 
 class Learner(Protocol):

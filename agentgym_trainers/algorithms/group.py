@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
+from agentgym_envs.rollout.episodes import Trajectory
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.advantages import (
     grpo_advantages,
@@ -40,7 +41,6 @@ from agentgym_trainers.algorithms.base import (
 )
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.branching import branch_credit
-from agentgym_trainers.rollout import Trajectory
 from agentgym_trainers.tool_credit import tool_credit
 
 

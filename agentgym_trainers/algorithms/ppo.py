@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
+from agentgym_envs.rollout.episodes import Trajectory
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.advantages import gae
 from agentgym_trainers.algorithms.base import (
@@ -34,7 +35,6 @@ from agentgym_trainers.algorithms.base import (
     whiten_tokens,
 )
 from agentgym_trainers.batch import TrainSeq
-from agentgym_trainers.rollout import Trajectory
 from agentgym_trainers.tool_credit import tool_credit
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from agentgym_envs.rollout.episodes import Trajectory
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.advantages import RunningBaseline
 from agentgym_trainers.algorithms.base import (
@@ -36,7 +37,6 @@ from agentgym_trainers.algorithms.base import (
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.branching import branch_credit
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.rollout import Trajectory
 from agentgym_trainers.tool_credit import tool_credit
 
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import torch
 
+from agentgym_envs.rollout.episodes import Trajectory
 from agentgym_trainers.algorithms.base import Algorithm, broadcast, episode_batch
 from agentgym_trainers.batch import TrainSeq
-from agentgym_trainers.rollout import Trajectory
 
 
 class SFT(Algorithm):

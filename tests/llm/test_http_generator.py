@@ -31,9 +31,9 @@ from agentgym_envs.llm import (
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.models import load_tokenizer, tiny_llama
 from agentgym_envs.llm.sampler import Sampler
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner
 from agentgym_envs.serving.engine import eos_ids
 from agentgym_envs.serving.server import ChatServer, start_server
-from agentgym_trainers.rollout import RolloutJob, RolloutRunner
 
 PROMPTS = [[1, 9468, 28, 314, 3060, 2], [1, 4093, 2], [1, 504, 1489, 314, 253, 2, 198, 1]]
 LIMITS = [6, 9, 4]

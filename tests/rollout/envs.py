@@ -23,6 +23,10 @@ class Breaking(gym.Env[str, str]):
     def __init__(self, error: type[Exception] = RuntimeError) -> None:
         self.error = error
         self.seed = 0
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[str, dict[str, Any]]:
         self.seed = seed or 0

@@ -14,13 +14,13 @@ import pytest
 
 import agentgym_trainers.trainer
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.rollout.episodes import Trajectory
 from agentgym_trainers.algorithms import registry
 from agentgym_trainers.algorithms.base import Algorithm, Learner
 from agentgym_trainers.algorithms.group import GRPO
 from agentgym_trainers.algorithms.reinforce import Reinforce
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.config import ALGO_TRAITS, ALGOS, TrainConfig
-from agentgym_trainers.rollout import Trajectory
 from agentgym_trainers.trainer import Trainer
 from tests.trainers.test_trainer import make_config, rollout
 

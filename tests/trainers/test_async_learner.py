@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutStats
 from agentgym_trainers.async_rollout import AsyncRollouts, FinishedGroup, PolicyWeights
-from agentgym_trainers.rollout import RolloutJob, RolloutStats
 
 
 class FakeLearner:

@@ -28,6 +28,7 @@ from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.generation import Generator
 from agentgym_envs.llm.http_generator import HttpGenerator
 from agentgym_envs.llm.sampler import Sampler
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner, Trajectory
 from agentgym_envs.store import TrajectoryStore
 from agentgym_trainers.async_rollout import (
     PolicyWeights,
@@ -39,7 +40,6 @@ from agentgym_trainers.async_rollout import (
 from agentgym_trainers.batch import TrainSeq, sequences
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.learn import algo_result, markdown, paired_difference, result_key
-from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
 from agentgym_trainers.trainer import Trainer, env_seed
 
 BANDIT = "agentgym-train/DigitFraction-v0"

@@ -21,6 +21,13 @@ from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.engine import StaticEngine
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_envs.rollout import EnvSlots
+from agentgym_envs.rollout.episodes import (
+    RolloutJob,
+    RolloutRunner,
+    Segment,
+    Trajectory,
+    TurnFacts,
+)
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.branching import (
     branch_turns,
@@ -31,13 +38,6 @@ from agentgym_trainers.branching import (
 )
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.env_slots import pool_slots
-from agentgym_trainers.rollout import (
-    RolloutJob,
-    RolloutRunner,
-    Segment,
-    Trajectory,
-    TurnFacts,
-)
 from agentgym_trainers.trainer import Trainer
 
 LAKE = "agentgym/FrozenLake-v0"

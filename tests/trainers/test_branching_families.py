@@ -32,7 +32,7 @@ from agentgym_envs.core.info import Outcome
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_envs.rollout import Script, oracle_script
-from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory, TurnCheckpoint
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner, Trajectory, TurnCheckpoint
 from tests.sandbox.support import needs_bwrap
 from tests.web.support import needs_browser
 

@@ -21,13 +21,13 @@ import torch
 
 from agentgym_envs.core.errors import ClosedError, ConfigError
 from agentgym_envs.distributed.cluster import LocalCluster
+from agentgym_envs.rollout.episodes import RolloutJob, Trajectory
 from agentgym_envs.store import TrajectoryStore
 from agentgym_trainers import ray_rollout
 from agentgym_trainers.async_rollout import RolloutTimeoutError, RolloutWorkerError, snapshot
 from agentgym_trainers.batch import sequences
 from agentgym_trainers.config import TrainConfig, parse
 from agentgym_trainers.ray_rollout import RayRolloutWorker
-from agentgym_trainers.rollout import RolloutJob, Trajectory
 from agentgym_trainers.run import train
 from agentgym_trainers.trainer import Trainer, env_seed
 from tests.distributed.kills import dead

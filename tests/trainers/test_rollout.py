@@ -15,7 +15,7 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.sampler import Sampler
-from agentgym_trainers.rollout import RolloutJob, RolloutRunner
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner
 from tests.core.counter_env import CounterEnv
 
 

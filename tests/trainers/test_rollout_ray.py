@@ -25,8 +25,8 @@ from agentgym_envs.llm.chat import ChatFormat
 from agentgym_envs.llm.generation import Generator, Sample, SamplingSettings
 from agentgym_envs.llm.sampler import Sampler
 from agentgym_envs.rollout import RayEnvSlots, oracle_script
+from agentgym_envs.rollout.episodes import RolloutJob, RolloutRunner, Trajectory
 from agentgym_trainers.env_slots import pool_slots
-from agentgym_trainers.rollout import RolloutJob, RolloutRunner, Trajectory
 from tests.distributed.kills import dead
 
 LAKE = "agentgym/FrozenLake-v0"

@@ -19,10 +19,10 @@ from agentgym_envs.core import ToolResult, tool
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import ErrorPart
 from agentgym_envs.core.spans import Blame, Span
+from agentgym_envs.rollout.episodes import RolloutJob, Segment, Trajectory, TurnFacts
 from agentgym_trainers.algorithms.registry import make_algorithm
 from agentgym_trainers.batch import TrainSeq
 from agentgym_trainers.config import TrainConfig
-from agentgym_trainers.rollout import RolloutJob, Segment, Trajectory, TurnFacts
 from agentgym_trainers.tool_credit import Decode, blamed_tokens, tool_credit
 from agentgym_trainers.trainer import Trainer
 from tests.core.counter_env import CounterEnv

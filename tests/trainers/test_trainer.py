@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentgym_envs.core.info import Outcome
+from agentgym_envs.rollout.episodes import RolloutJob
 from agentgym_trainers.batch import TrainSeq, agent_forward, collate
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.envs import CHARSETS
-from agentgym_trainers.rollout import RolloutJob
 from agentgym_trainers.trainer import Trainer
 
 BANDIT = "agentgym-train/DigitFraction-v0"

@@ -1,10 +1,15 @@
-"""Batched multi-turn rollouts with exact token bookkeeping (token in, token out).
+"""The turn loop: batched multi-turn episodes with exact token bookkeeping (token in,
+token out), for every user of the library that samples tokens (the reference trainer, the
+TRL and verl adapters).
 
-Each env slot plays one episode at a time; all slots that wait for an action are sampled
-in one batch. A trajectory is one or more *segments* (token sequences the trainer sees):
-the sampled ids get mask 1 and keep their sampler log-probabilities; system prompt,
-observations and template markers get mask 0. When the next turn would not fit in
-``max_context``, the context policy decides:
+Each env slot (:mod:`agentgym_envs.rollout`) plays one episode at a time; all slots that
+wait for an action are sampled in one batch by a
+:class:`~agentgym_envs.llm.generation.Generator`. A trajectory is one or more *segments*
+(token sequences a trainer sees): the sampled ids get mask 1 and keep their sampler
+log-probabilities; system prompt, observations and template markers get mask 0
+(:mod:`agentgym_envs.rollout.turns` builds the chat around the sampled ids; they are
+never re-tokenized). When the next turn would not fit in ``max_context`` (or in the
+episode's ``max_completion`` tokens after its prompt), the context policy decides:
 
 * ``truncate`` -- the episode ends there (outcome ``timeout``, truncation
   ``context_limit``: a cut episode, which a critic bootstraps from);
@@ -13,7 +18,8 @@ observations and template markers get mask 0. When the next turn would not fit i
   trained in the segment that produced them);
 * ``summary`` -- as ``drop``, plus a short structured note listing the removed actions.
 
-The system prompt and the task (the first observation) are always kept.
+The system prompt and the task (the first observation) are always kept. ``max_turns``
+cuts an episode after that many turns the same way (truncation ``budget``).
 
 Every turn records the weights version of the generator that sampled it
 (``Trajectory.turn_versions``): with asynchronous rollouts new weights may arrive between
@@ -21,11 +27,10 @@ two turns of one episode. A generation server that fails
 (:class:`~agentgym_envs.llm.http_generator.GenerationServerError`) ends the episodes of
 that generation call as ``env_error``, like an env crash: never a policy failure.
 
-The env slots (:mod:`agentgym_envs.rollout`) live in this process or on a Ray env pool
-(``--env-backend ray``; :mod:`agentgym_trainers.env_slots`): after each generation call
-every live slot steps at once, so a pool steps them in parallel on its actors.
+After each generation call every live slot steps at once, so a Ray env pool steps them
+in parallel on its actors.
 
-Branch rollouts (:mod:`agentgym_trainers.branching`) ask :meth:`RolloutRunner.collect`
+Branch rollouts (``agentgym_trainers.branching``) ask :meth:`RolloutRunner.collect`
 for ``checkpoints``: before each turn it keeps a :class:`TurnCheckpoint` (the env's
 snapshot and the policy's context), and a checkpoint given to ``collect`` as a job is
 played on from there.
@@ -64,8 +69,18 @@ class RolloutJob:
     """One episode to play: a task, the env seed and its GRPO group."""
 
     task_id: str | None
-    env_seed: int
+    env_seed: int | None
     group: int
+    options: Mapping[str, Any] | None = field(default=None, compare=False)
+    """More ``reset`` options (``split``, ``difficulty``, ``task_seed`` ...); ``task_id``,
+    when set, is added to them."""
+
+    def reset_options(self) -> dict[str, Any] | None:
+        """The ``reset`` options of this job (None: none)."""
+        options = dict(self.options or {})
+        if self.task_id is not None:
+            options["task_id"] = self.task_id
+        return options or None
 
 
 @dataclass
@@ -218,6 +233,8 @@ class _Episode:
     checked_len: int = 0
     # keep a TurnCheckpoint before each turn (collect(checkpoints=True), not a branch)
     keep_checkpoints: bool = False
+    # tokens the current segment may hold (max_context, or less under max_completion)
+    limit: int = 0
 
     def fork(self, prompt: int | None) -> _Episode:
         """A copy that shares nothing mutable with this episode (turn objects and finished
@@ -297,8 +314,18 @@ class RolloutRunner:
         sampler: the batched generator (its weights are the current policy).
         n_envs: env slots played in parallel.
         max_new_tokens: sampled tokens per turn at most.
-        max_context: tokens per segment at most.
+        max_context: tokens per segment at most (None: ``max_completion`` alone bounds
+            an episode).
         context_policy: what to do when the next turn would not fit (see module doc).
+        max_completion: tokens after an episode's prompt (sampled plus env tokens), at
+            most (None: only ``max_context`` bounds them); ``truncate`` only.
+        max_turns: turns per episode, at most (None: the env's own budgets); an
+            episode still running after them is cut (truncation ``turn_limit``).
+        min_turn_tokens: a turn is not started with room for fewer sampled tokens than
+            this (nor than ``max_new_tokens``): the episode is cut instead.
+        cache_rows: pass each slot's index to the generator as its cache row (a prefix
+            cache keeps each slot's tokens there); False: no rows (a generator whose
+            rows mean something else).
         system_prompt: start each sequence with the env's system prompt (``info["system"]``);
             without it the chat has no system message (a chat template may still write
             its own default one, as SmolLM2's does).
@@ -307,8 +334,8 @@ class RolloutRunner:
             Ray env pool). The runner closes them.
 
     Raises:
-        ValueError: an unknown context policy, or ``slots`` of another size than
-            ``n_envs``.
+        ValueError: an unknown context policy, ``slots`` of another size than
+            ``n_envs``, or ``max_completion`` with a policy other than ``truncate``.
     """
 
     def __init__(
@@ -319,14 +346,25 @@ class RolloutRunner:
         *,
         n_envs: int,
         max_new_tokens: int,
-        max_context: int,
+        max_context: int | None,
         context_policy: ContextPolicy = "summary",
         system_prompt: bool = True,
         slots: EnvSlots | None = None,
+        max_completion: int | None = None,
+        max_turns: int | None = None,
+        min_turn_tokens: int = 16,
+        cache_rows: bool = True,
     ) -> None:
         self.system_prompt = system_prompt
         if context_policy not in CONTEXT_POLICIES:
             raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}")
+        if max_context is None and max_completion is None:
+            raise ValueError("bound the tokens: give max_context, max_completion or both")
+        if max_completion is not None and context_policy != "truncate":
+            raise ValueError(
+                "max_completion bounds an episode's one segment: use context_policy "
+                f"'truncate' with it, not {context_policy!r}"
+            )
         if slots is not None and len(slots) != n_envs:
             raise ValueError(f"slots has {len(slots)} envs, expected n_envs={n_envs}")
         self.make_env = make_env
@@ -336,7 +374,10 @@ class RolloutRunner:
         self.max_new_tokens = max_new_tokens
         self.max_context = max_context
         self.context_policy = context_policy
-        self.min_turn_tokens = min(16, max_new_tokens)
+        self.min_turn_tokens = min(min_turn_tokens, max_new_tokens)
+        self.max_completion = max_completion
+        self.max_turns = max_turns
+        self.cache_rows = cache_rows
 
     @property
     def envs(self) -> list[gym.Env[Any, Any]]:
@@ -488,7 +529,8 @@ class RolloutRunner:
         start = time.perf_counter()
         try:
             if not scripted:
-                samples = self.sampler.generate(prompts, budgets, rows=slots)
+                rows = slots if self.cache_rows else None
+                samples = self.sampler.generate(prompts, budgets, rows=rows)
             else:
                 samples = [
                     self._scripted(live[s][1], n) for s, n in zip(slots, budgets, strict=True)
@@ -510,7 +552,7 @@ class RolloutRunner:
         traj.context = {"policy": self.context_policy, "dropped_turns": 0, "truncated": False}
         fold = EpisodeFold()
         start = time.perf_counter()
-        options = {"task_id": job.task_id} if job.task_id is not None else None
+        options = job.reset_options()
         try:
             result = self.slots.reset(slot, job.env_seed, options)
         finally:
@@ -529,6 +571,10 @@ class RolloutRunner:
         episode.segment.mask = [0] * len(episode.segment.ids)
         episode.segment.logprobs = [0.0] * len(episode.segment.ids)
         episode.fresh_len = episode.checked_len = len(episode.segment.ids)
+        limits = [self.max_context] if self.max_context is not None else []
+        if self.max_completion is not None:
+            limits.append(len(episode.segment.ids) + self.max_completion)
+        episode.limit = min(limits)
         if self._room(episode) < self.min_turn_tokens:
             self._truncate(episode)
         return episode
@@ -607,6 +653,9 @@ class RolloutRunner:
         if fresh[ep.fresh_len :] != seg.ids[ep.checked_len :]:
             traj.retok_mismatches += 1
         ep.fresh_len, ep.checked_len = len(fresh), len(seg.ids)
+        if self.max_turns is not None and len(traj.actions) >= self.max_turns:
+            ep.fold.cut(Truncation.TURN_LIMIT)  # the observation is the bootstrap tail
+            return False
         # when the next turn does not fit: rebuild (drop/summary); if that fails or the
         # policy is truncate, continue with a shorter turn while one fits, else end here
         full = self._room(ep) < self.max_new_tokens
@@ -622,7 +671,7 @@ class RolloutRunner:
         return Sample(ids, [0.0] * len(ids), ids[-1] == self.chat.eos_id)
 
     def _room(self, ep: _Episode) -> int:
-        return min(self.max_new_tokens, self.max_context - len(ep.segment.ids))
+        return min(self.max_new_tokens, ep.limit - len(ep.segment.ids))
 
     def _head(self, ep: _Episode, summary: str | None) -> list[Message]:
         return head_messages(ep.system, ep.task_obs, summary)
@@ -631,6 +680,7 @@ class RolloutRunner:
         """Start a new segment: the head plus the most recent turns that fit in half of the
         history budget (so several turns fit before the next rebuild), or failing that,
         as many as fit at all."""
+        assert self.max_context is not None, "only truncate runs without max_context"
         for half in (True, False):
             for keep_from in range(ep.first_turn + 1, len(ep.turns) + 1):
                 ids, messages = self._history(ep, keep_from)
@@ -679,9 +729,9 @@ class RolloutRunner:
         return "\n".join(lines)
 
     def _truncate(self, ep: _Episode) -> None:
-        ep.segment.ids = ep.segment.ids[: self.max_context]
-        ep.segment.mask = ep.segment.mask[: self.max_context]
-        ep.segment.logprobs = ep.segment.logprobs[: self.max_context]
+        ep.segment.ids = ep.segment.ids[: ep.limit]
+        ep.segment.mask = ep.segment.mask[: ep.limit]
+        ep.segment.logprobs = ep.segment.logprobs[: ep.limit]
         ep.fold.cut(Truncation.CONTEXT_LIMIT)
         ep.traj.context["truncated"] = True
 
@@ -690,7 +740,8 @@ class RolloutRunner:
         ep.traj.episode = ep.fold.summary()
         if ep.traj.turn_versions:
             ep.traj.policy_version = ep.traj.turn_versions[0]
-        if ep.traj.episode.truncation is Truncation.CONTEXT_LIMIT and seg.turn_ends:
+        cut_here = (Truncation.CONTEXT_LIMIT, Truncation.TURN_LIMIT)
+        if ep.traj.episode.truncation in cut_here and seg.turn_ends:
             ep.traj.tail_ids = seg.ids[seg.turn_ends[-1] + 1 :]
         if ep.segment.agent_tokens:
             ep.traj.segments.append(_trimmed(ep.segment))
