@@ -76,6 +76,9 @@ class TestRun:
     tampered: tuple[str, ...] = field(default=())  # what the results plugin saw changed
     # node id -> its parameters as text, when the run was asked for them (AGENTGYM_PARAMS)
     params: dict[str, str] = field(default_factory=dict)
+    # with params: the node ids whose parameters came from a set (named by position in
+    # an order that can differ from one process to the next)
+    unordered: tuple[str, ...] = field(default=())
 
     def passed(self, test: str) -> bool:
         return self.outcomes.get(test) == "passed"
@@ -435,6 +438,7 @@ def _parse(
         problems=tuple(problems),
         tampered=tuple(tampered),
         params=_params(data.get("params")),
+        unordered=_strings(data.get("unordered")) or (),
     )
 
 
