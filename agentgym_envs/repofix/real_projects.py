@@ -566,6 +566,14 @@ class Baseline:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def counts(self, p: Project) -> dict[str, Any]:
+        """The baseline in numbers, for a results file: each list's length."""
+        out: dict[str, Any] = {"version": p.version, "license": p.license}
+        for name, value in self.to_json().items():
+            out[name] = len(value) if isinstance(value, list) and name != "seconds" else value
+        out.pop("project")
+        return out
+
 
 def _runner() -> Any:
     """A sandboxed test runner for a project's suite (the best backend here)."""
@@ -742,10 +750,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     what = f"staged at {stage(p)}"
                 else:
                     b = stored_baseline(p)
-                    results[p.name] = b.to_json()
+                    results[p.name] = b.counts(p)
                     what = b.problem or (
                         f"{len(b.stable)} stable tests, {len(b.flaky)} flaky, "
-                        f"{len(b.failing)} failing, {b.skipped} skipped"
+                        f"{len(b.failing)} failing, {b.skipped} skipped, "
+                        f"{len(b.drifting or ())} drifting"
                     )
                     failed += bool(b.problem)
             except Exception as exc:  # one project's failure is its line, not the run's end

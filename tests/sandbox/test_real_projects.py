@@ -204,6 +204,20 @@ def test_the_command_line_shows_a_line_per_project(
     assert rp.main(["fetch", "nope", "--list", str(pins)]) == 2
 
 
+@needs_bwrap
+def test_the_baseline_command_writes_each_project_in_numbers(
+    index: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pins = tmp_path / "pins.jsonl"
+    pins.write_text(json.dumps(_pin(index).__dict__) + "\n")
+    out = tmp_path / "baseline.json"
+    assert rp.main(["baseline", "--list", str(pins), "--out", str(out)]) == 0
+    mini = json.loads(out.read_text())["mini"]
+    assert mini["version"] == "1.0" and mini["license"] == "MIT" and mini["problem"] == ""
+    assert mini["stable"] >= 1 and mini["drifting"] == 0 and mini["drift_check"] == 2
+    assert "0 drifting" in capsys.readouterr().out
+
+
 DRIFT = {  # a parametrised test whose list comes in another order in every process
     "drift-1.0/drift.py": "def double(xs):\n    return tuple(2 * x for x in xs)\n",
     "drift-1.0/tests/test_drift.py": (
