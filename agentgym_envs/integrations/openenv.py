@@ -6,17 +6,22 @@ remote environments. The server speaks its API unchanged:
 
 * a WebSocket session at ``/ws`` (what OpenEnv's ``EnvClient`` uses): ``reset``, ``step``,
   ``state`` and ``close`` messages; every session gets its own env instance, made with
-  ``gym.make`` in the session's own thread, and closed when the session ends, whether the
-  client says ``close``, disconnects or is killed, or the session expires (unused for a
-  minute or idle for 15, by default; see :mod:`.openenv_sessions` for who gets a session
-  and when it expires);
+  ``gym.make`` on its first reset, and closed when the session ends, whether the client
+  says ``close``, disconnects or is killed, or the session expires (unused for a minute or
+  idle for 15, by default; see :mod:`.openenv_sessions` for who gets a session, when it
+  expires, and where its env runs: on the event loop for cheap envs, in a thread of its
+  own for heavy ones);
 * HTTP ``POST /reset``, ``POST /step``, ``GET /state``, ``/schema``, ``/metadata`` and
   ``/health``. OpenEnv's HTTP ``reset`` and ``step`` are stateless (each request gets a
   fresh env), so an episode is played over the WebSocket.
 
 The action is the model's raw text (``{"text": ...}``), in any form the env parses; the
 observation carries the text, ``terminated``, ``truncated`` and the env's ``info`` as JSON
-(``done`` is ``terminated or truncated``, ``reward`` the env's own step reward).
+(``done`` is ``terminated or truncated``, ``reward`` the env's own step reward). Over the
+WebSocket, ``info`` is whole at ``reset``; a step carries the step's own keys and those
+that changed, and ``info_unchanged`` names the keys left out (the tool schemas, the
+versions, the task...): :mod:`.openenv_wire` says how, :class:`OpenEnvGymEnv` puts the
+whole ``info`` back together, and a ``state`` request returns the latest whole ``info``.
 
 Run a server with ``agentgym openenv serve Sokoban --port 8000`` or :func:`serve`; play it
 with :class:`OpenEnvGymEnv` (a ``gymnasium.Env``) or any OpenEnv client.
@@ -25,6 +30,7 @@ with :class:`OpenEnvGymEnv` (a ``gymnasium.Env``) or any OpenEnv client.
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import sys
 import threading
@@ -36,12 +42,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym_envs.core.errors import AgentGymError, ClosedError, ResetNeeded
+from agentgym_envs.core.errors import AgentGymError, ClosedError, ConfigError, ResetNeeded
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.spaces import TextSpace
 from agentgym_envs.core.unicode import valid_text
 from agentgym_envs.integrations.extras import jsonable, require
-from agentgym_envs.registration import env_class, find
+from agentgym_envs.registration import EnvEntry, env_class, family, find
 
 _WHAT = "the OpenEnv adapter (agentgym_envs.integrations.openenv)"
 # openenv.core's __init__ imports every server module, its Gradio web UI included when
@@ -58,7 +64,9 @@ finally:
     if _HIDE_GRADIO:
         sys.modules.pop("gradio", None)
 require("uvicorn", "openenv-core", "openenv", _WHAT)
+require("orjson", "orjson", "openenv", _WHAT)
 
+import orjson  # noqa: E402
 import uvicorn  # noqa: E402
 from openenv.core.client_types import StepResult  # noqa: E402
 from openenv.core.env_client import EnvClient  # noqa: E402
@@ -76,7 +84,16 @@ from agentgym_envs.integrations.openenv_sessions import (  # noqa: E402
     AgentGymEnvServer,
     CallerMiddleware,
     SessionLimits,
+    SharedSlots,
 )
+from agentgym_envs.integrations.openenv_wire import (  # noqa: E402
+    InfoStream,
+    dumps,
+    merge_info,
+    observation_message,
+)
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "AgentGymAction",
@@ -89,6 +106,8 @@ __all__ = [
     "SessionEnvironment",
     "SessionLimits",
     "create_openenv_app",
+    "preload",
+    "runs_inline",
     "serve",
 ]
 
@@ -126,7 +145,18 @@ class AgentGymObservation(Observation):  # type: ignore[misc]
     text: str = Field(description="the observation text the agent sees")
     terminated: bool = Field(default=False, description="success, failure or safety stop")
     truncated: bool = Field(default=False, description="a step, time or cost budget, env_error")
-    info: dict[str, Any] = Field(default_factory=dict, description="the env's info, as JSON")
+    info: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the env's info as JSON: whole at reset; at a step over the WebSocket, "
+        "the step's own keys (outcome, tool_calls, error, new_milestones, "
+        "reward_components, safety) and the keys whose value changed",
+    )
+    info_unchanged: list[str] = Field(
+        default_factory=list,
+        description="info keys left out because their value is the one last sent in this "
+        "episode (the tool schemas, versions, task...): the whole info is the last whole "
+        "one with these keys kept and info put over them",
+    )
 
 
 class AgentGymState(State):  # type: ignore[misc]
@@ -139,6 +169,11 @@ class AgentGymState(State):  # type: ignore[misc]
     total_reward: float = Field(default=0.0, description="the episode's return so far")
     observation_max_length: int = Field(description="max_length of the observation space")
     action_max_length: int = Field(description="max_length of the action space")
+    info: dict[str, Any] | None = Field(
+        default=None,
+        description="the whole info of the latest reset or step, per-episode constants "
+        "(tools, system) included (a WebSocket session's state; None before a reset)",
+    )
 
 
 # -- the server side ---------------------------------------------------------------------
@@ -149,9 +184,13 @@ class SessionEnvironment(
 ):
     """One agentgym env behind OpenEnv's ``Environment`` interface (one per session).
 
-    The Gymnasium env is made on the first ``reset``, in the thread that runs it: OpenEnv
-    runs a session's reset, step and close in that session's own thread, which is what
-    thread-bound resources (Playwright's browser) need.
+    The Gymnasium env is made on the first ``reset``, in the thread that runs it: a heavy
+    env's session runs its reset, step and close in a thread of its own, which is what
+    thread-bound resources (Playwright's browser) need; a cheap env's run on the server's
+    event loop (:func:`runs_inline`). Over the WebSocket the server calls
+    :meth:`reset_message`, :meth:`step_message` and :meth:`state_message`, which answer
+    with the JSON text of the message; HTTP's ``/reset`` and ``/step`` call
+    :meth:`reset` and :meth:`step`.
 
     Args:
         env_id: a registered env id or name (``Sokoban``, ``agentgym/Retail-v1``).
@@ -178,6 +217,7 @@ class SessionEnvironment(
         self.closed_because: str | None = None
         """Why the server closed this session's env (set when the session expired)."""
         self._started = False  # a reset succeeded
+        self._wire = InfoStream()  # what this session last sent of the episode's info
         self._state = AgentGymState(
             env_id=self.env_id,
             observation_max_length=self._cls.max_observation_chars,
@@ -194,11 +234,35 @@ class SessionEnvironment(
         **kwargs: Any,
     ) -> AgentGymObservation:
         """Start an episode. ``options`` are the env's reset options; extra keyword
-        arguments (``task_id=...``, ``split=...``) are merged into them."""
+        arguments (``task_id=...``, ``split=...``) are merged into them. ``info`` is whole
+        (HTTP's ``/reset``; a WebSocket session answers with :meth:`reset_message`)."""
+        obs, info = self._reset(seed, episode_id, options, kwargs)
+        return AgentGymObservation(text=obs, reward=None, done=False, info=jsonable(info))
+
+    def reset_message(self, data: Mapping[str, Any]) -> str:
+        """:meth:`reset` as the WebSocket answer (the whole ``info``), serialised once.
+
+        ``data`` is the reset message's: ``seed``, ``episode_id``, ``options`` and any
+        other reset option."""
+        rest = dict(data)
+        seed, episode_id = rest.pop("seed", None), rest.pop("episode_id", None)
+        obs, info = self._reset(seed, episode_id, rest.pop("options", None), rest)
+        body, unchanged = self._wire.reset(info)
+        return observation_message(
+            obs, body, unchanged, reward=None, terminated=False, truncated=False
+        )
+
+    def _reset(
+        self,
+        seed: int | None,
+        episode_id: str | None,
+        options: Mapping[str, Any] | None,
+        extra: Mapping[str, Any],
+    ) -> tuple[str, dict[str, Any]]:
         self._check_open()
         if self.env is None:
             self.env = gym.make(self.env_id, **self._make_kwargs)
-        opts = {**dict(options or {}), **kwargs} or None
+        opts = {**dict(options or {}), **extra} or None
         self._started = False  # until this reset succeeds
         obs, info = self.env.reset(seed=seed, options=opts)
         self._started = True
@@ -212,13 +276,34 @@ class SessionEnvironment(
                 "total_reward": 0.0,
             }
         )
-        return AgentGymObservation(text=obs, reward=None, done=False, info=jsonable(info))
+        return obs, info
 
     def step(
         self, action: AgentGymAction, timeout_s: float | None = None, **kwargs: Any
     ) -> AgentGymObservation:
         """Play one agent turn. ``timeout_s`` is accepted for the protocol and unused (the
-        env's own budgets bound a step)."""
+        env's own budgets bound a step). ``info`` is whole (HTTP's ``/step``; a WebSocket
+        session answers with :meth:`step_message`)."""
+        obs, reward, terminated, truncated, info = self._step(action)
+        return AgentGymObservation(
+            text=obs,
+            reward=reward,
+            done=terminated or truncated,
+            terminated=terminated,
+            truncated=truncated,
+            info=jsonable(info),
+        )
+
+    def step_message(self, action: AgentGymAction) -> str:
+        """:meth:`step` as the WebSocket answer (the ``info`` that changed), serialised
+        once."""
+        obs, reward, terminated, truncated, info = self._step(action)
+        body, unchanged = self._wire.step(info)
+        return observation_message(
+            obs, body, unchanged, reward=reward, terminated=terminated, truncated=truncated
+        )
+
+    def _step(self, action: AgentGymAction) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._check_open()
         if self.env is None or not self._started:
             raise ResetNeeded(
@@ -227,23 +312,24 @@ class SessionEnvironment(
                 "over the WebSocket session /ws, e.g. with OpenEnvGymEnv or an EnvClient)"
             )
         obs, reward, terminated, truncated, info = self.env.step(action.text)
-        done = bool(terminated or truncated)
-        self._state = self._state.model_copy(
+        reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
+        state = self._state
+        self._state = state.model_copy(
             update={
-                "step_count": self._state.step_count + 1,
+                "step_count": state.step_count + 1,
                 "outcome": str(info["outcome"]),
-                "done": done,
-                "total_reward": self._state.total_reward + float(reward),
+                "done": terminated or truncated,
+                "total_reward": state.total_reward + reward,
             }
         )
-        return AgentGymObservation(
-            text=obs,
-            reward=float(reward),
-            done=done,
-            terminated=bool(terminated),
-            truncated=bool(truncated),
-            info=jsonable(info),
-        )
+        return obs, reward, terminated, truncated, info
+
+    def state_message(self) -> str:
+        """The ``state`` answer of a WebSocket session, with the latest whole ``info``."""
+        data = self._state.model_dump(exclude={"info"})
+        info = self._wire.full() if self._started else b"null"
+        state = dumps(data)[:-1] + b',"info":' + info + b"}"
+        return (b'{"type":"state","data":' + state + b"}").decode()
 
     def _check_open(self) -> None:
         if self.closed:
@@ -273,12 +359,94 @@ class SessionEnvironment(
             self.env.close()
 
 
+EXECUTORS = ("auto", "loop", "thread")
+"""Where a server runs its sessions' envs: on its event loop, in a thread per session, or
+(``auto``) as :func:`runs_inline` decides for the env."""
+
+
+def runs_inline(entry: EnvEntry, executor: str = "auto") -> bool:
+    """Whether a server runs the sessions of ``entry`` on its event loop.
+
+    ``auto``: yes where the env's family asks less than one CPU per env
+    (:class:`~agentgym_envs.core.family.FamilyCost`): a pure-Python env whose step takes
+    microseconds, which a thread per session would only slow down. A family that runs a
+    browser or a process per call, or an env of a plugin (no family record), gets a thread
+    per session, which thread-bound resources need.
+
+    Raises:
+        ConfigError: ``executor`` is not one of :data:`EXECUTORS`.
+    """
+    if executor not in EXECUTORS:
+        raise ConfigError(
+            f"executor (--executor) must be one of {', '.join(EXECUTORS)}, got {executor!r}"
+        )
+    if executor != "auto":
+        return executor == "loop"
+    record = family(entry.family)
+    return record is not None and record.cost.cpus_per_env < 1.0
+
+
+def preload(env_id: str, make_kwargs: Mapping[str, Any] | None = None) -> list[str]:
+    """Build the shared read-only state of ``env_id`` in this process: make the env and
+    reset it once per split (its task sets, catalogs and world templates are built once
+    per process and shared by every env made after), then close it.
+
+    Returns:
+        The splits it reset (a split the env does not have is skipped).
+    """
+    env = gym.make(find(env_id).id, **dict(make_kwargs or {}))
+    warmed = []
+    try:
+        for split in ("train", "test", "ood"):
+            try:
+                env.reset(seed=0, options={"split": split})
+            except ConfigError as exc:  # no such split here (the env says so)
+                logger.debug("preload %s: split %s skipped (%s)", env_id, split, exc)
+                continue
+            warmed.append(split)
+    finally:
+        env.close()
+    return warmed
+
+
+def preload_for_serving(
+    entry: EnvEntry, executor: str, make_kwargs: Mapping[str, Any] | None = None
+) -> list[str]:
+    """:func:`preload` before a server of ``entry`` starts (``--preload``).
+
+    Raises:
+        ConfigError: the env is served with a thread per session.
+    """
+    if not runs_inline(entry, executor):
+        raise ConfigError(
+            f"--preload builds the shared state of an env served on the event loop; "
+            f"{entry.id} is served with a thread per session (each session builds its "
+            "own thread-bound resources): drop --preload, or pass --executor loop if "
+            "its env is pure Python"
+        )
+    return preload(entry.id, make_kwargs)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: a free port) for a server to listen on."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def create_openenv_app(
     env_id: str,
     *,
     make_kwargs: Mapping[str, Any] | None = None,
     limits: SessionLimits | None = None,
     tracker: weakref.WeakSet[SessionEnvironment] | None = None,
+    executor: str = "auto",
+    slots: SharedSlots | None = None,
 ) -> Any:
     """The FastAPI app of an OpenEnv server for ``env_id`` (serve it with any ASGI server).
 
@@ -287,21 +455,35 @@ def create_openenv_app(
         make_kwargs: keyword arguments for ``gym.make`` in every session.
         limits: how many sessions, to whom, for how long (default ``SessionLimits()``).
         tracker: a set that every env the app makes is added to.
+        executor: where sessions' envs run: ``loop`` (the event loop), ``thread`` (a
+            thread per session) or ``auto`` (:func:`runs_inline`).
+        slots: the sessions shared with the other worker processes of one server.
 
     Returns:
         A ``fastapi.FastAPI`` app.
+
+    Raises:
+        ConfigError: ``executor`` is unknown.
     """
     from fastapi import FastAPI
 
     entry = find(env_id)  # an unknown id fails here, with a did-you-mean, not in a session
+    inline = runs_inline(entry, executor)
     factory = functools.partial(SessionEnvironment, env_id, make_kwargs, tracker)
     server = AgentGymEnvServer(
-        factory, AgentGymAction, AgentGymObservation, limits or SessionLimits()
+        factory,
+        AgentGymAction,
+        AgentGymObservation,
+        limits or SessionLimits(),
+        inline=inline,
+        warm=functools.partial(preload, entry.id, make_kwargs),
+        slots=slots,
     )
     app = FastAPI(title=f"{entry.id} over OpenEnv", description=entry.description)
     server.register_routes(app)
     app.add_middleware(_QuietDisconnect)
     app.add_middleware(CallerMiddleware)
+    app.state.agentgym_server = server
     return app
 
 
@@ -326,20 +508,35 @@ class _QuietDisconnect:
                 raise
 
 
+def server_config(app: Any, **kwargs: Any) -> uvicorn.Config:
+    """uvicorn's settings for an OpenEnv server of ``app``.
+
+    Per-message deflate is off: a step message is a few hundred bytes once the episode's
+    constants go only at reset, and zlib per message (and a compression context per
+    connection) cost more server CPU and memory than the bytes they save on a local
+    network. A client that offers deflate simply gets plain frames.
+    """
+    return uvicorn.Config(
+        app, log_level="warning", lifespan="on", ws_per_message_deflate=False, **kwargs
+    )
+
+
 class OpenEnvServer:
     """An OpenEnv server running in a background thread (see :func:`serve`).
 
     Attributes:
         env_id: the env it serves.
         url: its base URL, e.g. ``http://127.0.0.1:8000`` (the WebSocket is ``/ws``).
+        inline: whether its sessions' envs run on its event loop (else a thread each).
     """
 
     def __init__(self, env_id: str, sock: socket.socket, app: Any, tracker: Any) -> None:
         self.env_id = env_id
+        self.inline: bool = app.state.agentgym_server.inline
         host, port = sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
         self._tracker: weakref.WeakSet[SessionEnvironment] = tracker
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self._server = uvicorn.Server(server_config(app))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="openenv-server", daemon=True
         )
@@ -386,6 +583,8 @@ def serve(
     idle_timeout_s: float | None = 900.0,
     max_mcp_sessions: int = 0,
     max_sessions_per_client: int | None = None,
+    executor: str = "auto",
+    preload_state: bool = False,
 ) -> OpenEnvServer:
     """Serve ``env_id`` as an OpenEnv environment in a background thread.
 
@@ -405,12 +604,18 @@ def serve(
         max_mcp_sessions: the most sessions made by HTTP ``POST /mcp`` (held by no
             connection; refused by default), below ``max_sessions``.
         max_sessions_per_client: the most sessions one peer address holds (None: no cap).
+        executor: where sessions' envs run: ``loop``, ``thread`` or ``auto``
+            (:func:`runs_inline`).
+        preload_state: build the env's shared read-only state (:func:`preload`) before
+            serving, so the first sessions find it built; only for envs served on the
+            event loop (a heavy env's thread-bound resources belong to its sessions).
 
     Returns:
         The running :class:`OpenEnvServer`; call ``close()`` (or use ``with``) to stop it.
 
     Raises:
-        ConfigError: a limit is out of range.
+        ConfigError: a limit is out of range, ``executor`` is unknown, or
+            ``preload_state`` is asked of an env served in a thread per session.
     """
     limits = SessionLimits(
         max_sessions=max_sessions,
@@ -419,16 +624,15 @@ def serve(
         max_mcp_sessions=max_mcp_sessions,
         max_sessions_per_client=max_sessions_per_client,
     )
+    entry = find(env_id)
+    if preload_state:
+        preload_for_serving(entry, executor, make_kwargs)
     tracker: weakref.WeakSet[SessionEnvironment] = weakref.WeakSet()
-    app = create_openenv_app(env_id, make_kwargs=make_kwargs, limits=limits, tracker=tracker)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    server = OpenEnvServer(find(env_id).id, sock, app, tracker)
+    app = create_openenv_app(
+        env_id, make_kwargs=make_kwargs, limits=limits, tracker=tracker, executor=executor
+    )
+    sock = bind_socket(host, port)
+    server = OpenEnvServer(entry.id, sock, app, tracker)
     server.start()
     return server
 
@@ -459,7 +663,9 @@ class AgentGymEnvClient(
 
 
 def _info(raw: Mapping[str, Any]) -> dict[str, Any]:
-    info = dict(raw)
+    """A copy of the whole ``info`` for the caller (who may change it), with ``outcome``
+    an :class:`Outcome` again."""
+    info: dict[str, Any] = orjson.loads(orjson.dumps(raw))
     if isinstance(info.get("outcome"), str):
         info["outcome"] = Outcome(info["outcome"])
     return info
@@ -469,7 +675,9 @@ class OpenEnvGymEnv(gym.Env[str, str]):
     """A Gymnasium env whose episodes run on an OpenEnv server (one session per instance).
 
     ``reset(seed=, options=)`` and ``step(text)`` behave as the served env's, with ``info``
-    as JSON (``info["outcome"]`` is an :class:`Outcome` again). Closing it ends the
+    as JSON (``info["outcome"]`` is an :class:`Outcome` again): a step's message carries
+    only the ``info`` that changed, and this client puts the whole ``info`` back together,
+    so every step's ``info`` has the keys and values the env gave. Closing it ends the
     session, which closes the env on the server. A session the server expired (unused or
     idle past its timeouts) is replaced by a new one on the next ``reset``; a ``step`` in
     it raises :class:`RemoteEnvError`.
@@ -495,6 +703,7 @@ class OpenEnvGymEnv(gym.Env[str, str]):
             message_timeout_s=message_timeout_s,
         ).sync()
         self._closed = False
+        self._info: dict[str, Any] | None = None  # the latest whole info, as JSON
         self._client.connect()
         first = self.state()
         self.env_id = first.env_id
@@ -527,14 +736,26 @@ class OpenEnvGymEnv(gym.Env[str, str]):
             self._client.disconnect()  # the server expired the session: open a new one
             self._client.connect()
             result = self._call("reset", **payload)
-        return result.observation.text, _info(result.observation.info)
+        obs: AgentGymObservation = result.observation
+        self._info = None  # until the reset's info is in
+        self._info = self._merge(obs)
+        return obs.text, _info(self._info)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Play one agent turn on the server."""
         result = self._call("step", AgentGymAction(text=action))
         obs: AgentGymObservation = result.observation
         reward = 0.0 if result.reward is None else float(result.reward)
-        return obs.text, reward, obs.terminated, obs.truncated, _info(obs.info)
+        self._info = self._merge(obs)
+        return obs.text, reward, obs.terminated, obs.truncated, _info(self._info)
+
+    def _merge(self, obs: AgentGymObservation) -> dict[str, Any]:
+        try:
+            return merge_info(self._info, obs.info, obs.info_unchanged)
+        except KeyError as exc:
+            raise RemoteEnvError(
+                f"the OpenEnv server {self.base_url} left out info it never sent: {exc}"
+            ) from None
 
     def state(self) -> AgentGymState:
         """The session's episode bookkeeping on the server."""

@@ -27,12 +27,26 @@ took every slot until a restart. :class:`AgentGymEnvServer` (openenv-core's
 
 A WebSocket session costs its holder a live connection and, past the unused grace, play;
 the cap on HTTP MCP sessions and the expiry are what stop a client that holds nothing.
+A client refused because every slot is taken gets the error code ``CAPACITY_REACHED`` and a
+message that says so, naming ``--max-sessions``.
+
+**Where a session's env runs.** The server answers ``/ws`` itself (openenv-core's protocol,
+message for message; see :mod:`.openenv_wire` for what a step message carries). With
+``inline`` (cheap envs: pure Python steps of microseconds), every session's env runs on the
+server's event loop: no thread per session, and the first reset waits for one warm-up of
+the env's shared read-only state (task sets, catalogs, world templates) built in a worker
+thread, so that concurrent first resets never each build it. Otherwise (heavy envs: a
+browser, a sandbox) each session gets a thread of its own, as openenv-core gives it, and
+``max_sessions`` bounds them. Either way each session has its own env instance.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import contextvars
+import json
 import logging
 import math
 import time
@@ -41,13 +55,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+from fastapi import WebSocket, WebSocketDisconnect
 from openenv.core.env_server import ConcurrencyConfig, Environment
-from openenv.core.env_server.exceptions import SessionCapacityError
+from openenv.core.env_server.exceptions import EnvironmentFactoryError, SessionCapacityError
 from openenv.core.env_server.http_server import HTTPEnvServer
+from openenv.core.env_server.mcp_types import (
+    JsonRpcErrorCode,
+    JsonRpcRequest,
+    JsonRpcResponse,
+    McpMethod,
+    WSMCPMessage,
+)
+from openenv.core.env_server.serialization import deserialize_action
+from openenv.core.env_server.types import (
+    WSCloseMessage,
+    WSErrorCode,
+    WSResetMessage,
+    WSStateMessage,
+    WSStepMessage,
+)
+from pydantic import ValidationError
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.integrations.extras import jsonable
 
-__all__ = ["EXPIRED", "AgentGymEnvServer", "CallerMiddleware", "SessionLimits"]
+__all__ = ["EXPIRED", "AgentGymEnvServer", "CallerMiddleware", "SessionLimits", "SharedSlots"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,14 +167,55 @@ class CallerMiddleware:
             _CALLER.reset(token)
 
 
+class SharedSlots:
+    """The sessions that the worker processes of one server (``--workers``) hold together:
+    a semaphore made before they fork, so that ``--max-sessions`` bounds them all however
+    the kernel spreads the connections."""
+
+    def __init__(self, total: int) -> None:
+        import multiprocessing
+
+        self.total = total
+        self._free = multiprocessing.get_context("fork").BoundedSemaphore(total)
+
+    def take(self) -> bool:
+        """Take a slot if one is free (never waits)."""
+        return bool(self._free.acquire(block=False))
+
+    def give(self) -> None:
+        """Give a slot back."""
+        self._free.release()
+
+
+class _InlineExecutor(concurrent.futures.Executor):
+    """Runs each call at once, in the calling thread (the server's event loop): what
+    openenv-core runs in a session's executor (making and closing its env) then needs no
+    thread."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+
 class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is untyped
-    """openenv-core's server with session admission and expiry (see the module doc).
+    """openenv-core's server with session admission and expiry, and its own ``/ws``
+    endpoint (see the module doc).
 
     Args:
         factory: makes a session's environment.
         action_cls: the wire type of an action.
         observation_cls: the wire type of an observation.
         limits: the session limits.
+        inline: run every session's env on the event loop (cheap envs) instead of in a
+            thread per session.
+        warm: builds the env's shared read-only state once (inline servers call it in a
+            worker thread before the first reset); None: nothing to build.
+        slots: the session count shared with the other worker processes of one server
+            (``--workers``), on top of this process's own limits.
     """
 
     def __init__(
@@ -150,10 +224,21 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
         action_cls: type,
         observation_cls: type,
         limits: SessionLimits,
+        *,
+        inline: bool = False,
+        warm: Callable[[], object] | None = None,
+        slots: SharedSlots | None = None,
     ) -> None:
         config = ConcurrencyConfig(max_concurrent_envs=limits.max_sessions, session_timeout=None)
         super().__init__(factory, action_cls, observation_cls, concurrency_config=config)
         self.limits = limits
+        self.inline = inline
+        if inline:  # openenv-core makes and closes a session's env here: no thread each
+            self._shared_session_executor = _InlineExecutor()
+        self.slots = slots
+        self._holding: set[str] = set()  # sessions that hold one of the shared slots
+        self._warm = warm if inline else None
+        self._warming: asyncio.Future[Any] | None = None
         self._callers: dict[str, _Caller] = {}
         self._asking: list[_Caller] = []  # admitted, their env still being made
         self._opened: dict[str, float] = {}
@@ -166,20 +251,48 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
     async def _create_session(self) -> tuple[str, Environment]:
         caller = _CALLER.get() or _Caller("unknown", held=False)
         self._admit(caller)
+        if self.slots is not None and not self.slots.take():
+            raise SessionCapacityError(
+                len(self._sessions),
+                self.slots.total,
+                f"the server is at capacity: its {self.slots.total} sessions (--max-sessions, "
+                "shared by its worker processes) are open, each with its own env. Retry once "
+                "a session closes, or start the server with a larger --max-sessions",
+            )
         self._asking.append(caller)
         try:
             session_id, env = await super()._create_session()
+        except BaseException:
+            if self.slots is not None:
+                self.slots.give()
+            raise
         finally:
             self._asking.remove(caller)
+        if self.slots is not None:
+            self._holding.add(session_id)
         self._callers[session_id] = caller
         self._opened[session_id] = time.monotonic()
         return session_id, env
+
+    async def _destroy_session(self, session_id: str) -> None:
+        await super()._destroy_session(session_id)
+        if session_id in self._holding:  # give the shared slot back, once
+            self._holding.discard(session_id)
+            self.slots.give()  # type: ignore[union-attr]  # held only with slots
 
     def _admit(self, caller: _Caller) -> None:
         """Raise ``SessionCapacityError`` (answered to the client) when a rule refuses."""
         self._forget_ended()
         callers = [*self._callers.values(), *self._asking]
         active, limits = len(self._sessions), self.limits
+        if active >= limits.max_sessions:
+            raise SessionCapacityError(
+                active,
+                limits.max_sessions,
+                f"the server is at capacity: {active} of {limits.max_sessions} sessions are "
+                "open (--max-sessions), each with its own env. Retry once a session closes, "
+                "or start the server with a larger --max-sessions",
+            )
         if not caller.held:
             mcp = sum(not c.held for c in callers)
             if limits.max_mcp_sessions == 0:
@@ -234,11 +347,170 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
             self._busy[session_id] += 1
             self._played[session_id] = time.monotonic()
         try:
+            if self.inline:
+                return func(*args, **kwargs)
             return await super()._run_in_session_executor(session_id, func, *args, **kwargs)
         finally:
             if known and session_id in self._callers:  # not forgotten meanwhile
                 self._busy[session_id] -= 1
                 self._played[session_id] = time.monotonic()
+
+    # -- the WebSocket session ---------------------------------------------------------
+
+    def register_routes(self, app: Any, mode: Any = "simulation") -> None:
+        """openenv-core's routes, with ``/ws`` answered by :meth:`websocket_session`."""
+        super().register_routes(app, mode)
+        app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", "") != "/ws"]
+        app.add_api_websocket_route("/ws", self.websocket_session)
+
+    async def websocket_session(self, websocket: WebSocket) -> None:
+        """One session: openenv-core's ``/ws`` protocol (``reset``, ``step``, ``state``,
+        ``close``, ``mcp``), answered with the env's own wire messages."""
+        await websocket.accept()
+        session_id = None
+        try:
+            session_id, env = await self._create_session()
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                raw = message.get("text")
+                answer = await self._answer(session_id, env, raw or message.get("bytes") or b"")
+                if answer is None:
+                    break
+                await websocket.send_text(answer)
+        except WebSocketDisconnect:
+            pass
+        except SessionCapacityError as exc:
+            await _send_quietly(
+                websocket,
+                _error(
+                    str(exc),
+                    WSErrorCode.CAPACITY_REACHED,
+                    active_sessions=exc.active_sessions,
+                    max_sessions=exc.max_sessions,
+                ),
+            )
+        except EnvironmentFactoryError as exc:
+            await _send_quietly(
+                websocket,
+                _error(str(exc), WSErrorCode.FACTORY_ERROR, factory_name=exc.factory_name),
+            )
+        except Exception as exc:
+            logger.exception("OpenEnv session %s failed", session_id)
+            await _send_quietly(websocket, _error(str(exc), WSErrorCode.SESSION_ERROR))
+        finally:
+            if session_id:
+                await self._destroy_session(session_id)
+            with contextlib.suppress(RuntimeError):
+                await websocket.close()
+
+    async def _answer(self, session_id: str, env: Any, raw: str | bytes) -> str | None:
+        """The answer to one message (None: the client closed the session)."""
+        try:
+            message = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            try:  # JSON's \ud800 escape: a lone surrogate orjson refuses, a policy may send
+                message = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                return _error(f"Invalid JSON: {exc}", WSErrorCode.INVALID_JSON)
+        kind = message.get("type", "") if isinstance(message, dict) else ""
+        try:
+            if kind == "step":
+                step = WSStepMessage(**message)
+                action = deserialize_action(step.data, self.action_cls)
+                answer: str = await self._run_in_session_executor(
+                    session_id, env.step_message, action
+                )
+                self._update_session_activity(session_id, increment_step=True)
+            elif kind == "reset":
+                reset = WSResetMessage(**message)
+                await self._warmed()
+                answer = await self._run_in_session_executor(
+                    session_id, env.reset_message, reset.data
+                )
+                self._update_session_activity(session_id)
+            elif kind == "state":
+                WSStateMessage(**message)
+                answer = env.state_message()
+            elif kind == "close":
+                WSCloseMessage(**message)
+                return None
+            elif kind == "mcp":
+                answer = await self._mcp(session_id, WSMCPMessage(**message).data)
+            else:
+                answer = _error(f"Unknown message type: {kind}", WSErrorCode.UNKNOWN_TYPE)
+        except ValidationError as exc:
+            errors = jsonable(exc.errors(include_url=False))
+            return _error("Invalid message", WSErrorCode.VALIDATION_ERROR, errors=errors)
+        except Exception as exc:  # the env's own error, answered as openenv-core answers it
+            return _error(str(exc), WSErrorCode.EXECUTION_ERROR)
+        return answer
+
+    async def _warmed(self) -> None:
+        """Wait until the env's shared state is built (once, in a worker thread)."""
+        if self._warm is None:
+            return
+        if self._warming is None:
+            self._warming = asyncio.ensure_future(asyncio.to_thread(self._warm))
+        try:
+            await asyncio.shield(self._warming)
+        except Exception:  # a session's own reset then says what is wrong
+            logger.exception("warming up the env's shared state failed")
+        self._warm = None
+
+    async def _mcp(self, session_id: str, data: dict[str, Any]) -> str:
+        """An MCP JSON-RPC request over the session: agentgym envs serve no MCP tools, so
+        only openenv-core's session methods do anything."""
+        try:
+            request = JsonRpcRequest(**data)
+        except Exception as exc:
+            response = JsonRpcResponse.error_response(
+                JsonRpcErrorCode.INVALID_REQUEST, f"Invalid request: {exc}"
+            )
+        else:
+            response = await self._mcp_response(session_id, request)
+        return orjson.dumps({"type": "mcp", "data": jsonable(response.model_dump())}).decode()
+
+    async def _mcp_response(self, session_id: str, request: Any) -> Any:
+        """openenv-core's answers to the session methods, and "not supported" to the tools
+        methods (what openenv-core answers for an env without MCP tools)."""
+        method, rid, params = request.method, request.id, request.params
+        if method == "openenv/session/create":
+            return JsonRpcResponse.success({"session_id": session_id}, request_id=rid)
+        if method == "openenv/session/close":
+            target = params.get("session_id")
+            if target == session_id:
+                return JsonRpcResponse.error_response(
+                    JsonRpcErrorCode.INVALID_REQUEST,
+                    "Cannot close active WebSocket-managed session via MCP method",
+                    request_id=rid,
+                )
+            if not target or self._sessions.get(target) is None:
+                return JsonRpcResponse.error_response(
+                    JsonRpcErrorCode.INVALID_PARAMS,
+                    f"Unknown session_id: {target}",
+                    request_id=rid,
+                )
+            caller = self._callers.get(target)
+            if caller is None or caller.held:  # another client's connection holds it
+                return JsonRpcResponse.error_response(
+                    JsonRpcErrorCode.INVALID_REQUEST,
+                    f"Session {target} is held by its WebSocket connection and ends with it; "
+                    "only sessions made over HTTP POST /mcp are closed by id",
+                    request_id=rid,
+                )
+            await self._destroy_session(target)
+            return JsonRpcResponse.success({"session_id": target, "closed": True}, rid)
+        if method in (McpMethod.TOOLS_LIST, McpMethod.TOOLS_CALL):
+            return JsonRpcResponse.error_response(
+                JsonRpcErrorCode.INTERNAL_ERROR,
+                "Environment does not support MCP",
+                request_id=rid,
+            )
+        return JsonRpcResponse.error_response(
+            JsonRpcErrorCode.METHOD_NOT_FOUND, f"Method not found: {method}", request_id=rid
+        )
 
     # -- expiry ------------------------------------------------------------------------
 
@@ -286,3 +558,15 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
+
+
+def _error(message: str, code: str, **extra: Any) -> str:
+    """An OpenEnv error answer: ``{"type": "error", "data": {"message", "code", ...}}``."""
+    data = {"message": message, "code": str(getattr(code, "value", code)), **extra}
+    return orjson.dumps({"type": "error", "data": jsonable(data)}).decode()
+
+
+async def _send_quietly(websocket: Any, text: str) -> None:
+    """Send a last answer to a client that may have left already."""
+    with contextlib.suppress(Exception):
+        await websocket.send_text(text)

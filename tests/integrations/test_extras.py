@@ -21,6 +21,7 @@ from tests.plugin_support import ROOT
 COMMANDS = [
     ("openenv-serve-pydantic", ["pydantic"], "openenv serve Retail --port 0", "openenv"),
     ("openenv-serve-openenv", ["openenv"], "openenv serve Retail --port 0", "openenv"),
+    ("openenv-serve-orjson", ["orjson"], "openenv serve Retail --port 0", "openenv"),
     ("eval-hf-transformers", ["transformers"], "eval --policy hf:smollm2 --out {out}", "train"),
     ("eval-hf-torch", ["torch"], "eval --policy hf:smollm2 --out {out}", "train"),
     ("serve-torch", ["torch"], "serve --port 0", "train"),
