@@ -274,6 +274,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from agentgym_envs.eval.bench import bench_env
     from agentgym_envs.registration import families
 
+    if args.serve:
+        return _bench_serve(args)
     if args.eval:
         return _bench_eval(args)
     if args.ray:
@@ -325,6 +327,50 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     console.print(table)
     console.print(f"medians; memory and file descriptors with {args.concurrent} live episodes")
+    return 0
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    import shlex
+
+    from rich.console import Console
+
+    from agentgym_envs.console import ProgressLog
+    from agentgym_envs.integrations.openenv_bench import (
+        ServeBenchConfig,
+        bench_serve,
+        parse_sessions,
+        print_serve_bench,
+        write_results,
+    )
+
+    if len(args.env) != 1 or args.env == ["all"]:
+        raise ConfigError(
+            f"agentgym bench --serve serves one env, got {args.env or 'none'}; name it, "
+            "e.g. agentgym bench --serve Sokoban"
+        )
+    config = ServeBenchConfig(
+        env=args.env[0],
+        sessions=parse_sessions(args.sessions),
+        steps=args.steps,
+        repeats=args.repeats,
+        seed=args.seed,
+        action=args.action or "",
+        serve_args=tuple(shlex.split(args.serve_args or "")),
+        server_src=args.server_src or "",
+        connect_concurrency=args.connect_concurrency,
+    )
+    name = args.env[0].rpartition("/")[2]
+    out = Path(args.out or f"serve-bench-{name}.json")
+    log_path = Path(args.log) if args.log else out.with_suffix(".log")
+    with ProgressLog(log_path, echo=True, out=Console(stderr=True)) as log:
+        result = bench_serve(config, log, out=out, log_path=log_path)
+    json_path, table_path = write_results(result, out)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return 0
+    print_serve_bench(result, console)
+    console.print(f"results: {json_path} and {table_path}; log: {log_path}", highlight=False)
     return 0
 
 
@@ -504,6 +550,49 @@ def build_parser() -> argparse.ArgumentParser:
         "actors against in-process, and the pool's per-step overhead on a text game",
     )
     p.add_argument("--ray-episodes", type=int, default=8, help="episodes per run for --ray")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="benchmark serving instead: S concurrent OpenEnv WebSocket sessions against "
+        "`agentgym openenv serve ENV` and OpenEnv's echo env, alternating, each server in its "
+        "own process (needs the openenv extra)",
+    )
+    p.add_argument(
+        "--sessions",
+        default="64,256,2048",
+        metavar="S,S,...",
+        help="concurrent sessions for --serve (default 64,256,2048)",
+    )
+    p.add_argument("--steps", type=int, default=10, help="steps per session for --serve")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="trials per S and server for --serve (default 3)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="reset seed of session 0 for --serve")
+    p.add_argument(
+        "--action", help="the action each --serve step sends (default: the env's example_action)"
+    )
+    p.add_argument(
+        "--serve-args",
+        metavar="ARGS",
+        help="more options for `agentgym openenv serve` in --serve, one string",
+    )
+    p.add_argument(
+        "--server-src",
+        metavar="DIR",
+        help="--serve runs our server from this source tree instead (first on its "
+        "PYTHONPATH), e.g. a commit written out by git archive",
+    )
+    p.add_argument(
+        "--connect-concurrency",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--serve opens at most N WebSocket handshakes at a time (default 0: all S at once)",
+    )
+    p.add_argument(
+        "--out", help="--serve results JSON (default serve-bench-ENV.json; a .md table next to it)"
+    )
+    p.add_argument("--log", help="--serve progress log (default: --out with .log)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tasks", help="task-set maintenance")
