@@ -260,6 +260,12 @@ class AnswerReader:
             return False
         if any(cue in text for cue in PROPOSAL_CUES):
             return False
+        return self.names_subject(message, say)
+
+    def names_subject(self, message: str, say: Sequence[str]) -> bool:
+        """Whether ``message`` names what the request stated as ``say`` is about (always
+        true for a request that names nothing)."""
+        text = normalise(message)
         subjects = self.subjects(say)
         return not subjects or any(
             re.search(rf"(?<!\w){re.escape(s)}(?!\w)", text) for s in subjects

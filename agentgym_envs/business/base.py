@@ -45,6 +45,13 @@ or with an id no read returned) is what the rule gates ``auth-first``,
 own would charge the same call twice. A read before a write is not asked for on its own:
 an answer or refusal counts only if its record was read (above), which the verdict and
 the milestones already pay for.
+
+The LLM user (``user="llm"``): a model words every reply the agenda decided, checked
+before it is said (:mod:`~agentgym_envs.business.voice`), and optionally reads the
+agent's messages (``user_reader="llm"``, :mod:`~agentgym_envs.business.reading`); its
+calls can be recorded and replayed (:mod:`~agentgym_envs.business.user_model`). A
+user-side failure ends the episode with ``ENV_ERROR`` (:meth:`BusinessEnv.env_failure`);
+``info["user_llm"]`` carries its counters on every step.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from agentgym_envs.business.answers import AnswerReader
+from agentgym_envs.business.answers import AnswerKind, AnswerReader
 from agentgym_envs.business.db import EpisodeDB, changes_digest, pristine, world_bytes
 from agentgym_envs.business.episode import PENDING, SUCCESS, BusinessWorld, GradeState, Verdict
 from agentgym_envs.business.oracle import GoldConversationOracle
@@ -75,6 +82,8 @@ from agentgym_envs.business.user import (
     UserGoal,
     write_key,
 )
+from agentgym_envs.business.user_model import UserModel, UserSimulatorError, user_config
+from agentgym_envs.business.voice import EpisodeVoice, FactReader, persona_for
 from agentgym_envs.core.env import AgentEnv
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task
@@ -114,6 +123,7 @@ class BusinessEnv(AgentEnv):
     write_verbs: ClassVar[Sequence[str]] = ()
     id_pattern: ClassVar[re.Pattern[str]] = re.compile(r"$^")
     answer_reader: ClassVar[AnswerReader] = AnswerReader()
+    voice_kinds: ClassVar[tuple[AnswerKind, ...]] = ()  # more facts a voiced reply keeps
     tool_groups: ClassVar[tuple[type[ToolGroup], ...]] = ()  # the domain's tools
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -123,9 +133,48 @@ class BusinessEnv(AgentEnv):
         super().__init_subclass__(**kwargs)
 
     def __init__(
-        self, *, world_size: str | int = "default", rule_mode: str = "stop", **kwargs: Any
+        self,
+        *,
+        world_size: str | int = "default",
+        rule_mode: str = "stop",
+        user: str = "template",
+        user_model: str | None = None,
+        user_base_url: str | None = None,
+        user_reader: str = "keyword",
+        user_cassette: str | None = None,
+        user_cassette_mode: str | None = None,
+        user_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
+        """See :class:`~agentgym_envs.core.env.AgentEnv` for the shared arguments.
+
+        Args:
+            world_size: users in the world: an int, or ``small``, ``default``, ``large``.
+            rule_mode: ``stop`` (a rule violation ends the episode) or ``block``.
+            user: ``template`` (the agenda speaks from its templates) or ``llm`` (a model
+                words each decided reply; see :mod:`~agentgym_envs.business.voice`).
+            user_model: with ``user="llm"``: the model name the endpoint serves.
+            user_base_url: with ``user="llm"``: an OpenAI-compatible API root (e.g.
+                ``http://127.0.0.1:8000/v1`` of ``agentgym serve``); not needed to replay.
+            user_reader: ``keyword``, or ``llm`` (the model also reads agent messages).
+            user_cassette: a cassette file of the user's model calls.
+            user_cassette_mode: ``off``, ``record`` or ``replay``; default ``replay``
+                with a cassette, ``off`` without.
+            user_options: more settings of the LLM user: ``temperature``, ``top_p``,
+                ``max_tokens``, ``draws``, ``fallback`` (``template`` or ``none``),
+                ``timeout_s``, ``retries``, ``api_key_env``.
+        """
         self._tool_groups: dict[type[ToolGroup], ToolGroup] = {}
+        self.user_config = user_config(
+            user,
+            user_model,
+            user_base_url,
+            user_reader,
+            user_cassette,
+            user_cassette_mode,
+            user_options,
+        )
+        self._user_model = UserModel(self.user_config) if self.user_config else None
         super().__init__(**kwargs)
         if isinstance(world_size, str):
             if world_size not in self.world_sizes:
@@ -154,6 +203,7 @@ class BusinessEnv(AgentEnv):
         self._verdict = PENDING
         self._trial = 0
         self.user: SimulatedUser | None = None
+        self._voice: EpisodeVoice | None = None
 
     def tool_group(self, kind: type[G]) -> G:
         """This env's instance of the tool group ``kind`` (made on first use)."""
@@ -224,8 +274,13 @@ class BusinessEnv(AgentEnv):
     def on_message(self, text: str) -> ToolResult:
         user = self.user
         assert user is not None
+        if self._voice is not None and self._voice.state.fault:
+            return ToolResult("(The simulated user is unavailable.)")
         index = user.state.index
-        reply = user.reply(text, self._satisfied, self.proposal_context)
+        try:
+            reply = user.reply(text, self._satisfied, self.proposal_context)
+        except UserSimulatorError:  # recorded in the voice state: env_failure ends it
+            return ToolResult("(The simulated user is unavailable.)")
         if user.state.index != index:
             self._asked_writes = len(self._writes)
         if reply.confirmed_write is not None:
@@ -312,17 +367,52 @@ class BusinessEnv(AgentEnv):
         self._transferred = False
         self._verdict = PENDING
         self._trial = int(self.np_random.integers(2**31 - 1))
-        self.user = SimulatedUser(
-            _goal(task),
-            self.slot_synonyms,
-            self.write_verbs,
-            (task.seed, self._trial),
-            self.answer_reader,
+        self.user = self._make_user(task)
+
+    def _make_user(self, task: Task) -> SimulatedUser:
+        """The simulated user of an episode of ``task`` (with its voice if configured)."""
+        goal, seed = _goal(task), (task.seed, self._trial)
+        self._voice = None
+        if self._user_model is not None:
+            facts = FactReader(self.answer_reader, goal, self.voice_kinds, self.write_verbs)
+            self._voice = EpisodeVoice(
+                self._user_model,
+                persona_for(goal, task.seed),
+                facts,
+                seed,
+                self._user_model.config.reader,
+            )
+        return SimulatedUser(
+            goal, self.slot_synonyms, self.write_verbs, seed, self.answer_reader, self._voice
         )
 
     def reset_view(self) -> str:
         assert self.user is not None
-        return f"User: {self.user.opening()}"
+        try:
+            return f"User: {self.user.opening()}"
+        except UserSimulatorError:  # the first step ends with ENV_ERROR (env_failure)
+            return "User: (The simulated user is unavailable.)"
+
+    def env_failure(self) -> str | None:
+        """The simulated user's failure (its model down after retries, a cassette
+        without the entry, every draft rejected with no fallback), or None."""
+        if self._voice is not None and self._voice.state.fault:
+            return f"the simulated user failed: {self._voice.state.fault}"
+        return None
+
+    def extra_info(self) -> Mapping[str, Any]:
+        """``user_llm`` with the LLM user: its counters (voice first-draw passes,
+        fallbacks, failures; reader reads, fallbacks, disagreements), the cassette
+        position and the last reply's rejections."""
+        if self._voice is None or self.user_config is None:
+            return {}
+        return {"user_llm": self._voice.state.report(self.user_config.cassette_mode)}
+
+    def variant(self) -> str:
+        config = self.user_config
+        if config is None:
+            return ""
+        return "+llm-user" + ("+llm-reader" if config.reader == "llm" else "")
 
     def render_view(self) -> str:
         return ""
@@ -351,6 +441,7 @@ class BusinessEnv(AgentEnv):
             user_state=self.user.get_state(),
             reads=tuple(sorted(self.reads)),
             asked_writes=self._asked_writes,
+            voice=None if self._voice is None else self._voice.get_state(),
         )
 
     def _set_world(self, world: BusinessWorld) -> None:
@@ -363,14 +454,10 @@ class BusinessEnv(AgentEnv):
         self._transferred, self._verdict = world.transferred, world.verdict
         self._trial = world.trial
         self.reads, self._asked_writes = set(world.reads), world.asked_writes
-        self.user = SimulatedUser(
-            _goal(self._task),
-            self.slot_synonyms,
-            self.write_verbs,
-            (self._task.seed, self._trial),
-            self.answer_reader,
-        )
+        self.user = self._make_user(self._task)
         self.user.set_state(world.user_state)
+        if self._voice is not None and world.voice is not None:
+            self._voice.set_state(world.voice)
 
     def _world_key(self) -> Any:
         assert self.user is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from agentgym_envs.core.errors import ArgumentError
 
@@ -66,6 +67,8 @@ class BusinessWorld:
         reads: ``"tool id"`` for each record a READ tool showed after authentication,
             sorted.
         asked_writes: writes applied when the current request was asked.
+        voice: the LLM user's counters, cassette position and fault
+            (``VoiceState.as_tuple``); None with the template user.
     """
 
     database: bytes
@@ -81,3 +84,4 @@ class BusinessWorld:
     user_state: tuple[int, int, bool, bool, bool, str]
     reads: tuple[str, ...]
     asked_writes: int
+    voice: tuple[Any, ...] | None = None

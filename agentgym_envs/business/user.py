@@ -1,4 +1,4 @@
-"""A deterministic, agenda-based simulated user (no LLM).
+"""A deterministic, agenda-based simulated user (an LLM may word it, never decide).
 
 The user has a goal: fields it knows, fields it has forgotten, and an ordered list of
 requests. It reads each agent message for what it asks (slots, recognised by keyword
@@ -24,6 +24,11 @@ and for the news that a request is done; it answers only that.
 Wording comes from paraphrase templates drawn with an RNG seeded from (task, trial,
 turn), so repeated trials of one task vary in wording but never in meaning: pass^k
 measures the agent, not the simulator.
+
+Optionally (``user="llm"`` on the env) a language model words each decided reply in a
+persona, checked against the decided content before it is said, and reads the agent's
+messages besides the keywords (:mod:`~agentgym_envs.business.voice`,
+:mod:`~agentgym_envs.business.reading`); every decision above stays the agenda's.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from agentgym_envs.business.answers import AnswerReader
+from agentgym_envs.business.answers import PROPOSAL_CUES, REFUSAL_CUES, AnswerReader, normalise
+from agentgym_envs.business.reading import Reading
+from agentgym_envs.business.voice import Act, EpisodeVoice, Said
 from agentgym_envs.core.errors import ConfigError, did_you_mean
 
 QUESTION_CUES = (
@@ -248,6 +255,9 @@ class SimulatedUser:
         seed: (task seed, trial): the wording RNG is seeded from these and the turn.
         reader: how answers and refusals are judged (the domain's answer kinds and id
             pattern); by default local times and numbers.
+        voice: the LLM voice (and reader) of this episode
+            (:class:`~agentgym_envs.business.voice.EpisodeVoice`); None: templates and
+            the keyword reader only.
     """
 
     def __init__(
@@ -257,12 +267,16 @@ class SimulatedUser:
         write_verbs: Sequence[str],
         seed: tuple[int, int],
         reader: AnswerReader | None = None,
+        voice: EpisodeVoice | None = None,
     ) -> None:
         self.goal = goal
         self.reader = reader or AnswerReader()
         self.synonyms = {k: tuple(v) for k, v in synonyms.items()}
         self.write_verbs = tuple(write_verbs)
+        own = (v for r in goal.requests for v in r.verbs)
+        self.verbs = tuple(dict.fromkeys((*self.write_verbs, *own)))
         self.seed = seed
+        self.voice = voice
         self.state = UserState()
 
     @property
@@ -285,7 +299,30 @@ class SimulatedUser:
         """The user's first message."""
         rng = self._rng()
         first = self.goal.requests[0]
-        return _pick(rng, first.say)
+        return self._say([Said(Act.SAY, _pick(rng, first.say))])
+
+    def read(self, message: str) -> Reading:
+        """The keyword reader: what ``message`` asks, proposes and says, by cue and
+        synonym (see :class:`~agentgym_envs.business.reading.Reading`)."""
+        text, norm = message.lower(), normalise(message)
+        asks: tuple[str, ...] = ()
+        if _has(text, QUESTION_CUES):
+            asks = tuple(
+                slot
+                for slot, words in self.synonyms.items()
+                if any(_word_in(w, text) for w in words)
+            )
+        stripped = re.sub(self.reader.ids.pattern, " ", norm, flags=re.IGNORECASE)
+        return Reading(
+            asks=asks,
+            proposing=_has(text, CONFIRM_CUES),
+            verbs=tuple(v for v in self.verbs if v in text),
+            unavailable=_has(text, UNAVAILABLE_CUES),
+            done=_has(text, DONE_CUES),
+            refusing=_has(norm, REFUSAL_CUES) and not _has(norm, PROPOSAL_CUES),
+            values=tuple(dict.fromkeys(c for k in self.reader.slots for c in k.find(norm))),
+            answer=tuple(dict.fromkeys(c for k in self.reader.kinds for c in k.find(stripped))),
+        )
 
     def reply(
         self,
@@ -310,32 +347,36 @@ class SimulatedUser:
         req = self.request
         if req is None:
             return Reply("(The user has already left the conversation.)", ended=True)
-        parts = self._answer_slots(text, req, rng)
+        reading = self.read(message)
+        if self.voice is not None:  # the model's reading widens the keywords' (.reading)
+            names = tuple(self.synonyms)
+            reading = self.voice.read(message, reading, names, self.verbs, self.state.turn)
+        parts = self._answer_slots(reading, rng)
         confirmed: Mapping[str, Any] | None = None
-        proposing = _has(text, CONFIRM_CUES)
-        if req.kind is RequestKind.WRITE and not self.state.confirmed and proposing:
-            confirmed = self._judge_proposal(text, req, rng, parts, context)
-        elif req.kind is not RequestKind.WRITE and proposing and _has(text, self.write_verbs):
-            parts.append(f"{_pick(rng, _NO_CHANGE)} {_pick(rng, req.say)}")
+        names_any = any(v in reading.verbs for v in self.write_verbs)
+        if req.kind is RequestKind.WRITE and not self.state.confirmed and reading.proposing:
+            confirmed = self._judge_proposal(text, req, rng, parts, context, reading)
+        elif req.kind is not RequestKind.WRITE and reading.proposing and names_any:
+            parts.append(Said(Act.NO, f"{_pick(rng, _NO_CHANGE)} {_pick(rng, req.say)}"))
         if (
             req.kind is RequestKind.WRITE
             and req.fallback is not None
             and not self.state.fallback
-            and _has(text, UNAVAILABLE_CUES)
+            and reading.unavailable
         ):
             self.state.fallback = True
             self.state.confirmed = False
-            parts.append(_pick(rng, tuple(req.fallback["say"])))
+            parts.append(Said(Act.SAY, _pick(rng, tuple(req.fallback["say"]))))
         elif confirmed is None:
-            met = self._met(req, message, satisfied)
+            met = self._met(req, message, satisfied, reading)
             if met:
                 parts.append(self._advance(rng))
             elif met is not None:
                 self.fail(f"wrong answer to request {self.state.index} ({req.intent})")
-                parts.append(_pick(rng, _WRONG_ANSWER))
+                parts.append(Said(Act.LEAVE, _pick(rng, _WRONG_ANSWER)))
         if not parts:
-            parts.append(_pick(rng, req.say))
-        return Reply(" ".join(parts), confirmed_write=confirmed, ended=self.state.done)
+            parts.append(Said(Act.SAY, _pick(rng, req.say)))
+        return Reply(self._say(parts), confirmed_write=confirmed, ended=self.state.done)
 
     def end(self) -> None:
         """The conversation ends without the user (a transfer to a human)."""
@@ -352,19 +393,27 @@ class SimulatedUser:
     def _rng(self) -> np.random.Generator:
         return np.random.default_rng([*self.seed, self.state.turn])
 
-    def _answer_slots(self, text: str, req: Request, rng: np.random.Generator) -> list[str]:
-        if not _has(text, QUESTION_CUES):
-            return []
+    def _say(self, parts: Sequence[Said]) -> str:
+        """The decided reply in words: the templates', or the voice's once checked."""
+        if self.voice is None:
+            return " ".join(p.text for p in parts)
+        return self.voice.say(parts, self.state.turn)
+
+    def _answer_slots(self, reading: Reading, rng: np.random.Generator) -> list[Said]:
+        req = self.request
+        assert req is not None
         known = {**self.goal.known, **req.slots}
         parts = []
-        for slot, words in self.synonyms.items():
-            if not any(_word_in(w, text) for w in words):
+        for slot in self.synonyms:
+            if slot not in reading.asks:
                 continue
             if slot in known:
                 label = slot.replace("_", " ")
-                parts.append(_pick(rng, _TELL).format(slot=label, value=known[slot]))
+                told = _pick(rng, _TELL).format(slot=label, value=known[slot])
+                parts.append(Said(Act.TELL, told))
             elif slot in self.goal.unknown:
-                parts.append(_pick(rng, _FORGOT).format(slot=slot.replace("_", " ")))
+                forgot = _pick(rng, _FORGOT).format(slot=slot.replace("_", " "))
+                parts.append(Said(Act.FORGOT, forgot))
         return parts
 
     def _judge_proposal(
@@ -372,23 +421,30 @@ class SimulatedUser:
         text: str,
         req: Request,
         rng: np.random.Generator,
-        parts: list[str],
+        parts: list[Said],
         context: Callable[[Mapping[str, Any]], Sequence[str]] | None,
+        reading: Reading,
     ) -> Mapping[str, Any] | None:
         write, mentions = self.expected_write()
-        names_write = _has(text, req.verbs) if req.verbs else True
+        names_write = any(v in reading.verbs for v in req.verbs) if req.verbs else True
         values = [] if write is None else _values(write["args"])
         if write is not None and context is not None:
             values += context(write)
         if write is not None and names_write and self.reader.proposes(text, mentions, values):
             self.state.confirmed = True
-            parts.append(_pick(rng, _YES))
+            parts.append(Said(Act.YES, _pick(rng, _YES)))
             return write
-        if _has(text, self.write_verbs) or names_write:
-            parts.append(f"{_pick(rng, _WRONG)} {_pick(rng, req.say)}")
+        if any(v in reading.verbs for v in self.write_verbs) or names_write:
+            parts.append(Said(Act.NO, f"{_pick(rng, _WRONG)} {_pick(rng, req.say)}"))
         return None
 
-    def _met(self, req: Request, message: str, satisfied: Callable[[Request], bool]) -> bool | None:
+    def _met(
+        self,
+        req: Request,
+        message: str,
+        satisfied: Callable[[Request], bool],
+        reading: Reading,
+    ) -> bool | None:
         """True: the request is met; False: the message was its answer and a wrong one
         (final); None: not met yet."""
         if req.kind is RequestKind.QUESTION:
@@ -396,19 +452,20 @@ class SimulatedUser:
                 return None
             return self.reader.answers(message, req.answer) and satisfied(req)
         if req.kind is RequestKind.REFUSE:
-            return (self.reader.refuses(message, req.say) and satisfied(req)) or None
-        told = req.kind is RequestKind.TRANSFER or _has(message.lower(), DONE_CUES)
+            refuses = reading.refusing and self.reader.names_subject(message, req.say)
+            return (refuses and satisfied(req)) or None
+        told = req.kind is RequestKind.TRANSFER or reading.done
         return (satisfied(req) and told) or None
 
-    def _advance(self, rng: np.random.Generator) -> str:
+    def _advance(self, rng: np.random.Generator) -> Said:
         self.state.index += 1
         self.state.fallback = False
         self.state.confirmed = False
         if self.state.index >= len(self.goal.requests):
             self.state.done = True
-            return _pick(rng, _THANKS)
+            return Said(Act.THANKS, _pick(rng, _THANKS))
         nxt = self.goal.requests[self.state.index]
-        return f"{_pick(rng, _NEXT)} {_pick(rng, nxt.say)}"
+        return Said(Act.SAY, f"{_pick(rng, _NEXT)} {_pick(rng, nxt.say)}")
 
     def get_state(self) -> tuple[int, int, bool, bool, bool, str]:
         return self.state.as_tuple()

@@ -37,6 +37,7 @@ WORLD_FIELDS = (
     "user_state",
     "reads",
     "asked_writes",
+    "voice",
 )
 
 

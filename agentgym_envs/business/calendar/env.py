@@ -23,6 +23,7 @@ from agentgym_envs.business.calendar.world import (
     FIRST_NAMES,
     KINDS,
     LAST_NAMES,
+    OFFICES,
     TOPICS,
     build_world,
 )
@@ -35,6 +36,14 @@ TITLE = product_kind("title", TOPICS, KINDS, subject=True)
 PERSON = product_kind("person", FIRST_NAMES, LAST_NAMES, subject=True)
 RSVP = vocabulary_kind("rsvp", ("accepted", "declined", "tentative", "needs_action"))
 EVENT_TOOLS = frozenset({"list_events", "get_event_details"})  # they show an event's time
+# what else a voiced user reply must keep word for word (business.voice): offices,
+# rooms and days
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+VOICE_KINDS = (
+    vocabulary_kind("office", [city for _, city, _, _, _ in OFFICES]),
+    vocabulary_kind("room", [room for *_, rooms in OFFICES for room in rooms]),
+    vocabulary_kind("day", (*DAYS, "today", "tomorrow")),
+)
 # a proposal's slots (normalised, case-folded text): one value of each
 PROPOSAL_SLOTS = (
     pattern_kind("user_id", r"(?<!\w)user_[a-z]+_[a-z]+_\d{4}(?!\w)"),
@@ -178,6 +187,7 @@ class CalendarEnv(BusinessEnv):
     )
     id_pattern = ID_PATTERN
     answer_reader = AnswerReader((TIME, TITLE, PERSON, RSVP, NUMBER), ID_PATTERN, PROPOSAL_SLOTS)
+    voice_kinds = VOICE_KINDS
 
     def record_owner(self, call: ToolCall) -> str | None:
         """The user a call's calendar or event belongs to (see the comment below)."""

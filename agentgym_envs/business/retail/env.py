@@ -16,7 +16,14 @@ from agentgym_envs.business.answers import (
 from agentgym_envs.business.base import BusinessEnv
 from agentgym_envs.business.retail.reads import RetailReadTools, order_view
 from agentgym_envs.business.retail.rules import DOMAIN_GATES, DOMAIN_RULES
-from agentgym_envs.business.retail.world import CANCEL_REASONS, build_world
+from agentgym_envs.business.retail.world import (
+    CANCEL_REASONS,
+    CARD_BRANDS,
+    CATALOG,
+    CITIES,
+    STREETS,
+    build_world,
+)
 from agentgym_envs.business.retail.writes import RetailWriteTools
 from agentgym_envs.business.user import Request
 from agentgym_envs.core.tasks import Task
@@ -46,6 +53,25 @@ PROPOSAL_SLOTS = (
     pattern_kind("item_id", r"(?<![\w#])\d{10}(?!\w)"),
     pattern_kind("payment_method_id", r"(?<!\w)(?:credit_card|paypal|gift_card)_\d{7}(?!\w)"),
     vocabulary_kind("cancel_reason", CANCEL_REASONS),
+)
+
+# what else a voiced user reply must keep word for word (business.voice): the products,
+# their option values (one-letter sizes and yes/no read as words, not facts), card
+# brands and addresses
+VOICE_KINDS = (
+    vocabulary_kind("product", [name for name, _, _ in CATALOG]),
+    vocabulary_kind(
+        "option",
+        {
+            value
+            for _, _, dims in CATALOG
+            for values in dims.values()
+            for value in values
+            if len(value) > 2 and value not in ("yes", "no")
+        },
+    ),
+    vocabulary_kind("brand", CARD_BRANDS),
+    vocabulary_kind("place", [*STREETS, *(city for city, _, _ in CITIES)]),
 )
 
 POLICY_INTRO = (
@@ -180,6 +206,7 @@ class RetailEnv(BusinessEnv):
     )
     id_pattern = ID_PATTERN
     answer_reader = AnswerReader((TIME, STATUS, NUMBER), ID_PATTERN, PROPOSAL_SLOTS)
+    voice_kinds = VOICE_KINDS
 
     def record_owner(self, call: ToolCall) -> str | None:
         """The user owning the order or profile ``call`` reads or changes."""
