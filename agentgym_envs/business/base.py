@@ -394,8 +394,8 @@ class BusinessEnv(AgentEnv):
             return "User: (The simulated user is unavailable.)"
 
     def env_failure(self) -> str | None:
-        """The simulated user's failure (its model down after retries, a cassette
-        without the entry, every draft rejected with no fallback), or None."""
+        """The simulated user's failure (its model down after retries, every draft
+        rejected with no fallback), or None."""
         if self._voice is not None and self._voice.state.fault:
             return f"the simulated user failed: {self._voice.state.fault}"
         return None

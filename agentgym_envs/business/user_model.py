@@ -9,14 +9,18 @@ kept in a *cassette*:
 - ``record``: an entry already in the cassette is used as is; any other call goes to
   the endpoint and is appended.
 - ``replay``: only the cassette answers (offline, deterministic). A call it has no
-  entry for is a :class:`UserSimulatorError`: the episode ends with ``ENV_ERROR``.
+  entry for is a :class:`CassetteMiss`: the voice says the template reply and the
+  reader keeps the keyword reading, counted (``info["user_llm"]["cassette"]["misses"]``)
+  and logged.
 
-Why a missing entry is the environment's fault and not a ``ConfigError``: in replay
-mode the cassette *is* the user's model. Which calls an episode makes depends on what
-the agent did (another agent reaches replies the recording never reached), so a miss
-shows up mid-episode, on a path the configuration could not foresee; it says nothing
-about the policy, and raising out of ``step`` would crash an evaluation. A cassette that
-cannot be opened at all (no file, another format) is a ``ConfigError`` at construction.
+Why a missing entry is neither a ``ConfigError`` nor an ``ENV_ERROR``: which calls an
+episode makes depends on what the agent did (another agent reaches replies the
+recording never reached), so a miss shows up mid-episode, on a path the configuration
+could not foresee; and since the agent's moves decide it, ending the episode as the
+environment's fault would let a policy about to fail drop its episode out of every
+success rate. The template reply is what a replay of the same moves says again, so the
+replay stays exact. A cassette that cannot be opened at all (no file, another format) is
+a ``ConfigError`` at construction.
 
 Cassette format (``agentgym-user-cassette/1``), JSON Lines in UTF-8:
 
@@ -53,9 +57,16 @@ FALLBACKS = ("template", "none")
 
 
 class UserSimulatorError(AgentGymError, RuntimeError):
-    """The simulated user failed: its endpoint is down after retries, the cassette has no
-    entry in replay mode, or every voiced draft was rejected with no template fallback.
-    The env ends the episode with ``ENV_ERROR`` (never a policy failure)."""
+    """The simulated user failed: its endpoint is down after retries, or every voiced
+    draft was rejected with no template fallback. The env ends the episode with
+    ``ENV_ERROR`` (never a policy failure)."""
+
+
+class CassetteMiss(UserSimulatorError):
+    """Replay mode has no entry for a call: the episode went where the recording did
+    not. The agent's moves decide that, so a miss never ends the episode: the voice says
+    the template reply and the reader keeps the keyword reading (counted as
+    ``replay_misses``), which replays the same way every time."""
 
 
 @dataclass(frozen=True)
@@ -319,8 +330,8 @@ class UserModel:
         """The model's reply to ``messages`` sampled with ``seed``.
 
         Raises:
-            UserSimulatorError: the endpoint failed after its retries, or replay mode
-                has no entry for this call.
+            CassetteMiss: replay mode has no entry for this call.
+            UserSimulatorError: the endpoint failed after its retries.
         """
         settings = self.config.settings(role, seed)
         chat = [dict(m) for m in messages]
@@ -330,7 +341,7 @@ class UserModel:
             if hit is not None:
                 return hit
         if self._client is None:
-            raise UserSimulatorError(
+            raise CassetteMiss(
                 f"the user cassette {self.config.cassette} has no {role} entry for key "
                 f"{key[:16]}... (model {self.config.model!r}, seed {seed}): this episode "
                 "went where the recording did not. Record it with user_cassette_mode="

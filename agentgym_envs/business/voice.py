@@ -37,7 +37,7 @@ import numpy as np
 
 from agentgym_envs.business.answers import AnswerKind, AnswerReader, normalise
 from agentgym_envs.business.reading import Reading, ReadingError, parse_reading, reader_messages
-from agentgym_envs.business.user_model import UserModel, UserSimulatorError
+from agentgym_envs.business.user_model import CassetteMiss, UserModel, UserSimulatorError
 
 if TYPE_CHECKING:
     from agentgym_envs.business.user import UserGoal
@@ -87,6 +87,9 @@ class VoiceState:
     last_rejections: tuple[str, ...] = ()
     last_fallback: bool = False
     last_disagreement: tuple[tuple[str, Any], ...] = ()
+    # replay mode without an entry for a call (the template reply or the keyword
+    # reading stood in; never a failure: the agent's moves decide where an episode goes)
+    replay_misses: int = 0
 
     def as_tuple(self) -> tuple[Any, ...]:
         return astuple(self)
@@ -106,7 +109,7 @@ class VoiceState:
                 "fallbacks": self.read_fallbacks,
                 "disagreements": self.disagreements,
             },
-            "cassette": {"mode": mode, "position": self.calls},
+            "cassette": {"mode": mode, "position": self.calls, "misses": self.replay_misses},
             "fault": self.fault,
             "last": {
                 "turn": self.last_turn,
@@ -364,7 +367,14 @@ class EpisodeVoice:
         messages = voice_messages(self.persona, template, self.facts.keep(template))
         rejections: list[str] = []
         for draw in range(self.model.config.draws):
-            text = clean(self._call("voice", messages, turn, draw))
+            try:
+                text = clean(self._call("voice", messages, turn, draw))
+            except CassetteMiss as exc:
+                logger.warning("%s; the template reply is said", exc)
+                state.replay_misses += 1
+                state.fallbacks += 1
+                state.last_fallback = True
+                return template
             why = self.facts.check(parts, template, text)
             if why is None:
                 state.first_draw += draw == 0
@@ -395,7 +405,19 @@ class EpisodeVoice:
         state.last_turn, state.last_disagreement = turn, ()
         messages = reader_messages(message, slots, verbs)
         for draw in range(self.model.config.draws):
-            raw = self._call("reader", messages, turn, draw)
+            try:  # the reader only widens the keyword reading: its failure is never the
+                # user's (the agent's own text decides its prompt: a length past the
+                # model's context, a path the recording did not take)
+                raw = self.model.complete(
+                    "reader", messages, call_seed(*self.seed, turn, "reader", draw)
+                )
+            except UserSimulatorError as exc:
+                logger.warning("the LLM reader failed (%s); the keyword reading stands", exc)
+                state.replay_misses += isinstance(exc, CassetteMiss)
+                state.read_fallbacks += 1
+                return keyword
+            finally:
+                state.calls += 1
             try:
                 reading = parse_reading(raw, message, slots, verbs)
             except ReadingError as exc:
@@ -426,6 +448,8 @@ class EpisodeVoice:
         self.state.calls += 1
         try:
             return self.model.complete(role, messages, seed)
+        except CassetteMiss:
+            raise  # not a failure: the caller says the template reply
         except UserSimulatorError as exc:
             raise self._fail(str(exc)) from None
 

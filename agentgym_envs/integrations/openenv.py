@@ -364,24 +364,38 @@ EXECUTORS = ("auto", "loop", "thread")
 (``auto``) as :func:`runs_inline` decides for the env."""
 
 
-def runs_inline(entry: EnvEntry, executor: str = "auto") -> bool:
+def runs_inline(
+    entry: EnvEntry, executor: str = "auto", make_kwargs: Mapping[str, Any] | None = None
+) -> bool:
     """Whether a server runs the sessions of ``entry`` on its event loop.
 
     ``auto``: yes where the env's family asks less than one CPU per env
     (:class:`~agentgym_envs.core.family.FamilyCost`): a pure-Python env whose step takes
     microseconds, which a thread per session would only slow down. A family that runs a
     browser or a process per call, or an env of a plugin (no family record), gets a thread
-    per session, which thread-bound resources need.
+    per session, which thread-bound resources need; so does an env whose ``make_kwargs``
+    name a model endpoint (a key ending in ``base_url``: an LLM user), whose step waits on
+    the network.
 
     Raises:
-        ConfigError: ``executor`` is not one of :data:`EXECUTORS`.
+        ConfigError: ``executor`` is not one of :data:`EXECUTORS`, or ``loop`` for an env
+            that calls an endpoint.
     """
     if executor not in EXECUTORS:
         raise ConfigError(
             f"executor (--executor) must be one of {', '.join(EXECUTORS)}, got {executor!r}"
         )
+    remote = sorted(k for k, v in (make_kwargs or {}).items() if k.endswith("base_url") and v)
+    if remote and executor == "loop":  # a step that waits on an endpoint blocks every session
+        raise ConfigError(
+            f"{entry.id} with {', '.join(remote)} calls a model endpoint in its steps, which "
+            "would stop every session on the event loop while it waits: use --executor "
+            "thread (or auto)"
+        )
     if executor != "auto":
         return executor == "loop"
+    if remote:
+        return False
     record = family(entry.family)
     return record is not None and record.cost.cpus_per_env < 1.0
 
@@ -417,7 +431,7 @@ def preload_for_serving(
     Raises:
         ConfigError: the env is served with a thread per session.
     """
-    if not runs_inline(entry, executor):
+    if not runs_inline(entry, executor, make_kwargs):
         raise ConfigError(
             f"--preload builds the shared state of an env served on the event loop; "
             f"{entry.id} is served with a thread per session (each session builds its "
@@ -468,7 +482,7 @@ def create_openenv_app(
     from fastapi import FastAPI
 
     entry = find(env_id)  # an unknown id fails here, with a did-you-mean, not in a session
-    inline = runs_inline(entry, executor)
+    inline = runs_inline(entry, executor, make_kwargs)
     factory = functools.partial(SessionEnvironment, env_id, make_kwargs, tracker)
     server = AgentGymEnvServer(
         factory,

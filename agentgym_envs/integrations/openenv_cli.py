@@ -211,7 +211,7 @@ def _serve_workers(args: argparse.Namespace, console: Any) -> int:
         idle_timeout_s=args.idle_timeout,
         max_sessions_per_client=args.max_sessions_per_client,
     )
-    runs_inline(entry, args.executor)  # a bad --executor fails here, before any fork
+    runs_inline(entry, args.executor, make_kwargs)  # a bad --executor fails before any fork
     slots = SharedSlots(args.max_sessions)  # --max-sessions bounds all the workers together
     if args.preload:
         preload_for_serving(entry, args.executor, make_kwargs)

@@ -412,8 +412,8 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
         except orjson.JSONDecodeError:
             try:  # JSON's \ud800 escape: a lone surrogate orjson refuses, a policy may send
                 message = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                return _error(f"Invalid JSON: {exc}", WSErrorCode.INVALID_JSON)
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting
+                return _error(f"Invalid JSON: {exc}"[:300], WSErrorCode.INVALID_JSON)
         kind = message.get("type", "") if isinstance(message, dict) else ""
         try:
             if kind == "step":

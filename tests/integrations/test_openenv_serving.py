@@ -335,3 +335,26 @@ def test_workers_refuse_http_mcp_sessions(capsys: pytest.CaptureFixture[str]) ->
     assert "--max-mcp-sessions needs --workers 1" in " ".join(capsys.readouterr().out.split())
     assert main(["openenv", "serve", "Sokoban", "--workers", "0"]) == 2
     assert "--workers must be >= 1" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_env_that_calls_a_model_endpoint_gets_a_thread_never_the_loop() -> None:
+    """An LLM user's step waits on its endpoint: on the event loop one such step would
+    stop every session (a review measured another session's `state` waiting 3.7 s)."""
+    remote = {"user": "llm", "user_model": "m", "user_base_url": "http://127.0.0.1:9/v1"}
+    assert runs_inline(find(RETAIL)) and not runs_inline(find(RETAIL), "auto", remote)
+    assert not runs_inline(find(RETAIL), "thread", remote)
+    with pytest.raises(ConfigError, match="--executor thread"):
+        runs_inline(find(RETAIL), "loop", remote)
+
+
+def test_json_nested_past_the_parsers_depth_is_an_invalid_json_answer(
+    retail: OpenEnvServer,
+) -> None:
+    """A message nested thousands deep is the client's mistake: an INVALID_JSON answer,
+    and the session plays on (it used to end the session with a logged traceback)."""
+    with _ws(retail) as ws:
+        ws.send('{"a":' * 5000)
+        answer = json.loads(ws.recv(timeout=60))
+        assert answer["type"] == "error" and answer["data"]["code"] == "INVALID_JSON"
+        ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "observation"
