@@ -68,6 +68,7 @@ OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
     "pydantic": ("openenv-core", "openenv"),
     "fastapi": ("openenv-core", "openenv"),
     "uvicorn": ("openenv-core", "openenv"),
+    "orjson": ("orjson", "openenv"),
     "skyrl_gym": ("skyrl-gym", "skyrl"),
     "trl": ("trl", "trl"),
     "verl": ("verl", "verl"),
