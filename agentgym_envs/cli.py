@@ -574,7 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--serve-args",
         metavar="ARGS",
-        help="more options for `agentgym openenv serve` in --serve, one string",
+        help="more options for `agentgym openenv serve` in --serve, one string; write it "
+        "with = when it starts with a dash (--serve-args=--preload)",
     )
     p.add_argument(
         "--server-src",
