@@ -151,18 +151,49 @@ def persona_for(goal: UserGoal, task_seed: int) -> Persona:
 
 # tokens that mix letters and digits (500ml, 13-inch, i7): not numbers, still facts
 _DIGIT_TOKEN = re.compile(r"(?<![\w@.#-])(?=[\w-]*\d)(?=[\w-]*[a-z])[\w-]+")
-_ROLE = re.compile(r"(?im)^\s*(?:user|assistant|system|agent|customer)\s*:|<\s*/?\s*tool_call")
+_ROLE = re.compile(
+    r"(?im)^\s*(?:user|assistant|system|agent|customer)\s*:|<\s*/?\s*tool_call"
+    r"|\b[a-z_]\w*\s*\(\s*[a-z_]\w*\s*=|\{\s*\"(?:name|arguments|tool)\"\s*:"
+)
 _AFFIRM = re.compile(
     r"\b(?:yes|yeah|yep|yup|i confirm|confirmed|go ahead|please proceed|proceed|please do"
-    r"|do it|sounds good|that's correct|that is correct|that's right|that is right"
-    r"|correct|agreed|i agree|approved?)\b"
-)
+    r"|do it|do that|sounds good|that's correct|that is correct|that's right|that is right"
+    r"|correct|agreed|i agree|approved?|fine by me|works for me)\b"
+)  # not "sure", "ok": politeness in a reply that tells a value (a bare "ok" says too little)
 _NEGATOR = re.compile(r"(?:\bno|\bnot|n't|\bnever|\bdon't|\bdo not)\W+(?:\w+\W+){0,2}$")
 _NEGATE = re.compile(r"\b(?:no|not|nope|wrong|incorrect|don't|do not|isn't|never)\b|n't\b")
+_NOT_A_NO = re.compile(r"\bno (?:problem|worries|doubt)\b")  # says yes, not no
 _FORGETS = re.compile(
     r"\b(?:remember|recall|forgot|forget|forgotten|don't know|do not know|no idea|not sure)\b"
 )
-_FAREWELL = re.compile(r"\b(?:bye|goodbye|farewell|that's all|that is all|that's everything)\b")
+_FAREWELL = re.compile(
+    r"\b(?:bye|goodbye|farewell|that's all|that is all|that's everything|cheers|take care"
+    r"|see you|see ya|have a (?:good|nice|great|lovely) (?:day|one|evening))\b"
+)
+_UNITS = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+    "eighteen", "nineteen",
+)  # fmt: skip
+_TENS = {"twenty": 2, "thirty": 3, "forty": 4, "fifty": 5, "sixty": 6, "seventy": 7,
+         "eighty": 8, "ninety": 9}  # fmt: skip
+_NUMBER_WORD = re.compile(
+    rf"\b(?:({'|'.join(_TENS)})(?:[\s-]+({'|'.join(_UNITS[1:10])}))?|({'|'.join(_UNITS)}))\b"
+)
+
+
+def _digits(text: str) -> str:
+    """``text`` with number words as digits ("two zero six seven", "twenty sixty-seven"
+    -> 2067 once compacted), so a forgotten value spelled out is still found."""
+
+    def value(m: re.Match[str]) -> str:
+        if m.group(3):
+            return str(_UNITS.index(m.group(3)))
+        return str(_TENS[m.group(1)] * 10 + (_UNITS.index(m.group(2)) if m.group(2) else 0))
+
+    return _NUMBER_WORD.sub(value, text)
+
+
 _CLOSING = re.compile(
     r"\b(?:thanks?|thank you|bye|goodbye|that's all|that is all|that's everything|all set)\b"
 )
@@ -254,7 +285,8 @@ class FactReader:
         if _ROLE.search(voiced):
             return "the rewrite holds a role label or tool-call syntax"
         said, compact = _compact(template), _compact(voiced)
-        if any(v in compact and v not in said for v in self.forgotten):
+        spelled = _compact(_digits(normalise(voiced)))
+        if any((v in compact or v in spelled) and v not in said for v in self.forgotten):
             return "the rewrite says the value of a field the user has forgotten"
         want, got = self.facts(template), self.facts(voiced)
         if want - got:
@@ -270,8 +302,12 @@ class FactReader:
             return "the rewrite drops the confirmation (say yes)"
         if Act.YES not in acts and affirms(voiced) and not affirms(template):
             return "the rewrite agrees to something the user did not confirm"
-        if acts & {Act.NO, Act.LEAVE} and not _NEGATE.search(normalise(voiced)):
-            return "the rewrite drops the no"
+        if acts & {Act.NO, Act.LEAVE}:
+            plain = _NOT_A_NO.sub(" ", normalise(voiced))
+            if not _NEGATE.search(plain):
+                return "the rewrite drops the no"
+            if affirms(plain) and not affirms(template):
+                return "the rewrite agrees where the user says no"
         if Act.FORGOT in acts and not _FORGETS.search(normalise(voiced)):
             return "the rewrite drops that the user does not remember a field"
         if Act.THANKS in acts and not _CLOSING.search(normalise(voiced)):
