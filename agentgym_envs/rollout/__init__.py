@@ -10,6 +10,8 @@
   pool (imports no ray until a pool is built);
 * :mod:`~agentgym_envs.rollout.factory`: :class:`SlotIsolation` and :func:`make_slots`;
 * :mod:`~agentgym_envs.rollout.turns`: how an episode's chat grows around sampled ids;
+* :mod:`~agentgym_envs.rollout.trajectory`: what a rollout produces (``Trajectory``, its
+  segments, ``RolloutJob``);
 * :mod:`~agentgym_envs.rollout.episodes`: ``RolloutRunner``, the one token-in, token-out
   turn loop (the reference trainer's, and the TRL and verl adapters' through
   :func:`~agentgym_envs.integrations.text_rollout.play_text_episodes`).
