@@ -119,8 +119,9 @@ def play_text_episodes(
     """
     if not starts:
         return []
+    slots = LocalEnvSlots.borrowed(envs)
     runner = RolloutRunner(
-        _no_new_envs,
+        slots.make_env,  # never called: the slots are given
         chat,
         generator,
         n_envs=len(envs),
@@ -128,7 +129,7 @@ def play_text_episodes(
         max_context=None,
         context_policy="truncate",
         system_prompt=system_prompt,
-        slots=LocalEnvSlots.borrowed(envs),
+        slots=slots,
         max_completion=max_completion_tokens,
         max_turns=max_turns,
         min_turn_tokens=MIN_TURN_TOKENS,
@@ -137,10 +138,6 @@ def play_text_episodes(
     jobs = [RolloutJob(None, s.seed, i, options=dict(s.options)) for i, s in enumerate(starts)]
     trajectories, _ = runner.collect(jobs, policy_version=0)
     return [_text_episode(t, chat) for t in trajectories]
-
-
-def _no_new_envs() -> gym.Env[Any, Any]:
-    raise AssertionError("play_text_episodes plays on the caller's envs only")
 
 
 def _text_episode(traj: Trajectory, chat: ChatFormat) -> TextEpisode:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import pytest
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.core.spaces import TextSpace
 from agentgym_envs.core.views import ORACLE, SPLIT_IDS, TASK_IDS, TASK_SET, TOOLSET, env_view
 from agentgym_trainers.branching import write_tools
 from agentgym_trainers.envs import register
 from agentgym_trainers.trainer import task_ids
+from tests.core.test_views import PlainEnv
 
 TRAINER = Path(__file__).resolve().parents[2] / "agentgym_trainers"
 # the members of the views: what the trainer once read with getattr(env, name, None)
@@ -31,22 +30,10 @@ MEMBERS = {
 }
 
 
-class ListedEnv(gym.Env[str, str]):
+class ListedEnv(PlainEnv):
     """Lists its task ids (every split's) and nothing else."""
 
     task_ids = ("a", "b")
-
-    def __init__(self) -> None:
-        self.observation_space = TextSpace(max_length=16)
-        self.action_space = TextSpace(max_length=16)
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        return "", {}
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return "", 0.0, True, False, {}
 
 
 class BareEnv(ListedEnv):
