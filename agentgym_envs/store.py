@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -202,7 +202,11 @@ class StoredEpisode:
     ) -> StoredEpisode:
         """The stored form of a folded episode plus what only a recorder knows (the
         chat, the actions, the state hashes); ``split``/``difficulty`` override the
-        task's (a trainer's configured split)."""
+        task's (a trainer's configured split). The LLM user's counters, where the
+        episode had one, are kept in ``extra["user_llm"]``."""
+        extra = dict(extra or {})
+        if summary.user_llm is not None:
+            extra["user_llm"] = asdict(summary.user_llm)
         return cls(
             env_id=env_id,
             task_id=summary.task_id,
@@ -226,7 +230,7 @@ class StoredEpisode:
             ended_at=summary.ended_at,
             priority=priority,
             run_id=run_id,
-            extra=dict(extra or {}),
+            extra=extra,
             truncation=summary.truncation,
         )
 
@@ -250,6 +254,7 @@ class StoredEpisode:
             seeds=dict(self.seeds),
             started_at=self.started_at,
             ended_at=self.ended_at,
+            user_llm=self.extra.get("user_llm"),  # None in episodes without an LLM user
         )
 
     @property

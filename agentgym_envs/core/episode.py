@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, SupportsFloat
 
@@ -44,6 +44,83 @@ class Truncation(StrEnum):
 
 class EpisodeStateError(AgentGymError, RuntimeError):
     """An :class:`EpisodeFold` was fed out of order (a step after the episode ended)."""
+
+
+@dataclass(frozen=True)
+class UserLLMCounters:
+    """The LLM user's counters at the end of an episode (``info["user_llm"]`` of the
+    Retail and Calendar envs with ``user="llm"``), flattened.
+
+    Attributes:
+        replies: replies the voice worded (or tried to).
+        first_draw_pass: of those, replies whose first draw passed the check.
+        redraws: draws after a rejected one.
+        fallbacks: replies said from the template (every draw rejected, or a replay
+            without the call in its cassette).
+        failures: user-side failures (each ends the episode as ``ENV_ERROR``).
+        reads: agent messages the LLM reader read.
+        read_fallbacks: readings rejected or missed (the keyword reading stood).
+        disagreements: readings that differed from the keyword reader's.
+        cassette_mode: ``off``, ``record`` or ``replay``.
+        cassette_position: the model calls of the episode.
+        cassette_misses: replayed calls the cassette did not hold.
+        fault: why the user failed (``""`` while it did not).
+    """
+
+    replies: int = 0
+    first_draw_pass: int = 0
+    redraws: int = 0
+    fallbacks: int = 0
+    failures: int = 0
+    reads: int = 0
+    read_fallbacks: int = 0
+    disagreements: int = 0
+    cassette_mode: str = ""
+    cassette_position: int = 0
+    cassette_misses: int = 0
+    fault: str = ""
+
+    @classmethod
+    def from_info(cls, report: Mapping[str, Any]) -> UserLLMCounters:
+        """Read ``info["user_llm"]`` (its ``voice``, ``reader`` and ``cassette`` parts).
+
+        Raises:
+            EpisodeStateError: ``report`` lacks one of those counters.
+        """
+        try:
+            voice, reader, cassette = report["voice"], report["reader"], report["cassette"]
+            return cls(
+                replies=int(voice["replies"]),
+                first_draw_pass=int(voice["first_draw_pass"]),
+                redraws=int(voice["redraws"]),
+                fallbacks=int(voice["fallbacks"]),
+                failures=int(voice["failures"]),
+                reads=int(reader["reads"]),
+                read_fallbacks=int(reader["fallbacks"]),
+                disagreements=int(reader["disagreements"]),
+                cassette_mode=str(cassette["mode"]),
+                cassette_position=int(cassette["position"]),
+                cassette_misses=int(cassette["misses"]),
+                fault=str(report.get("fault", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EpisodeStateError(
+                f"info['user_llm'] must be the LLM user's report (voice, reader and cassette "
+                f"counters, as agentgym_envs.business.voice.VoiceState.report writes it); "
+                f"reading it failed on {exc!r}: an env outside agentgym should rename the key"
+            ) from None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UserLLMCounters:
+        """Rebuild the counters from :func:`dataclasses.asdict` output (unknown keys are
+        an error)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise EpisodeStateError(
+                f"unknown UserLLMCounters fields {unknown}; expected a subset of {sorted(names)}"
+            )
+        return cls(**data)
 
 
 def _outcome(value: Any) -> Outcome:
@@ -84,6 +161,8 @@ class EpisodeSummary:
         versions: ``info["versions"]``.
         seeds: ``info["seeds"]``.
         error: what broke, for an env error (``""`` otherwise).
+        user_llm: the LLM user's last counters (``info["user_llm"]``); None where the
+            env has no LLM user.
         started_at: unix time the fold began (just before the reset).
         ended_at: unix time the episode ended (or the summary was taken, if it has not).
     """
@@ -111,8 +190,11 @@ class EpisodeSummary:
     error: str = ""
     started_at: float = 0.0
     ended_at: float = 0.0
+    user_llm: UserLLMCounters | None = None
 
-    def __post_init__(self) -> None:  # accept the stored string forms
+    def __post_init__(self) -> None:  # accept the stored string and dict forms
+        if isinstance(self.user_llm, Mapping):
+            object.__setattr__(self, "user_llm", UserLLMCounters.from_json(self.user_llm))
         object.__setattr__(self, "outcome", _outcome(self.outcome))
         object.__setattr__(self, "truncation", Truncation(self.truncation))
         object.__setattr__(self, "rewards", tuple(float(r) for r in self.rewards))
@@ -161,11 +243,13 @@ class EpisodeSummary:
             out[name] = list(out[name])
         for name in ("reward_components", "cost", "attack", "versions", "seeds"):
             out[name] = dict(out[name])
+        out["user_llm"] = None if self.user_llm is None else asdict(self.user_llm)
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EpisodeSummary:
-        """Rebuild a summary from :meth:`to_json` output (unknown keys are an error)."""
+        """Rebuild a summary from :meth:`to_json` output (unknown keys are an error;
+        missing ones, as in records from before a field, take its default)."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -188,6 +272,7 @@ class EpisodeFold:
           (``terminated`` or ``truncated``) while the env still says ``CONTINUE`` was cut
           by a wrapper: ``TIMEOUT`` with truncation ``WRAPPER``; an env's own
           ``TIMEOUT`` is truncation ``BUDGET``;
+        * the LLM user's counters are the last ``info["user_llm"]`` (they only grow);
         * the episode is valid unless ``info["episode_valid"]`` is False or the outcome
           is ``ENV_ERROR``;
         * rewards and reward components add up; milestones, cost, versions, seeds and the
@@ -217,6 +302,7 @@ class EpisodeFold:
         self._versions: dict[str, str] = {}
         self._seeds: dict[str, Any] = {}
         self._error = ""
+        self._user_llm: UserLLMCounters | None = None
 
     @property
     def done(self) -> bool:
@@ -338,6 +424,7 @@ class EpisodeFold:
             error=self._error,
             started_at=self._started_at,
             ended_at=time.time() if self._ended_at is None else self._ended_at,
+            user_llm=self._user_llm,
         )
 
     def _absorb_context(self, info: Mapping[str, Any]) -> None:
@@ -349,6 +436,8 @@ class EpisodeFold:
             self._seeds = dict(info["seeds"])
         if info.get("cost"):
             self._cost = dict(info["cost"])
+        if info.get("user_llm"):
+            self._user_llm = UserLLMCounters.from_info(info["user_llm"])
 
     def _check_live(self, call: str) -> None:
         if self._ended_at is not None:
@@ -358,4 +447,4 @@ class EpisodeFold:
             )
 
 
-__all__ = ["EpisodeFold", "EpisodeStateError", "EpisodeSummary", "Truncation"]
+__all__ = ["EpisodeFold", "EpisodeStateError", "EpisodeSummary", "Truncation", "UserLLMCounters"]

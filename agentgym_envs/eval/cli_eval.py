@@ -430,6 +430,33 @@ def print_tables(report: dict[str, Any], console: Console) -> None:
     for policy, metrics in report["overall"].items():
         overall.add_row(policy, *_cells(metrics))
     console.print(overall)
+    _print_user_table(report, console)
+
+
+def _print_user_table(report: dict[str, Any], console: Console) -> None:
+    """The LLM user's voice and reader figures, where some episode had an LLM user."""
+    rows = [(r["entry"], r["policy"], r["metrics"].get("user_llm")) for r in report["results"]]
+    rows += [("overall", p, m.get("user_llm")) for p, m in report["overall"].items()]
+    rows = [row for row in rows if row[2] is not None]
+    if not rows:
+        return
+    table = Table(title='simulated user (user="llm"): voice and reader')
+    columns = ("entry", "policy", "episodes", "replies", "first-draw pass", "fallbacks")
+    for col in (*columns, "failures", "reader disagreements", "cassette misses"):
+        table.add_column(col, overflow="fold")
+    for entry, policy, u in rows:
+        table.add_row(
+            entry,
+            policy,
+            str(u["episodes"]),
+            str(u["replies"]),
+            _rate(u["first_draw_rate"]),
+            f"{u['fallbacks']} ({_rate(u['fallback_rate'])})",
+            str(u["failures"]),
+            str(u["disagreements"]),
+            str(u["cassette_misses"]),
+        )
+    console.print(table)
 
 
 def _cells(m: dict[str, Any]) -> list[str]:

@@ -117,7 +117,8 @@ def episode_metrics(
     ``agentgym eval`` and the trainer.
 
     Env-error (invalid) episodes leave every rate's denominator; they are counted in
-    ``env_errors``/``env_error_rate`` only.
+    ``env_errors``/``env_error_rate`` only. Where some episode had an LLM user, the
+    figures also hold ``user_llm`` (:func:`user_llm_metrics`).
 
     Args:
         episodes: the episodes.
@@ -154,6 +155,7 @@ def episode_metrics(
     attacked = [e for e in valid if e.attack.get("planted")]
     total_cost = sum(e.cost_total for e in valid)
     lo, hi = wilson_interval(wins, n)
+    user = user_llm_metrics(episodes)
     return {
         "episodes": len(episodes),
         "valid": n,
@@ -196,6 +198,36 @@ def episode_metrics(
         "loop_rate": sum(e.loops > 0 for e in valid) / n if n else 0.0,
         "outcomes": outcomes,
         "truncations": truncations,
+        **({"user_llm": user} if user is not None else {}),
+    }
+
+
+def user_llm_metrics(episodes: Sequence[EpisodeSummary]) -> dict[str, Any] | None:
+    """How the LLM user's voice and reader did over the episodes that had one (env
+    errors included: a user-side failure is one), or None where none had one.
+
+    ``episodes`` counts the episodes with the LLM user; ``failures`` those a user-side
+    failure ended; the other counts add up the episodes' ``info["user_llm"]`` counters.
+    ``first_draw_rate`` and ``fallback_rate`` are per voiced reply (None without one).
+    """
+    users = [e.user_llm for e in episodes if e.user_llm is not None]
+    if not users:
+        return None
+    replies = sum(u.replies for u in users)
+    first, fallbacks = sum(u.first_draw_pass for u in users), sum(u.fallbacks for u in users)
+    return {
+        "episodes": len(users),
+        "replies": replies,
+        "first_draw_pass": first,
+        "first_draw_rate": first / replies if replies else None,
+        "redraws": sum(u.redraws for u in users),
+        "fallbacks": fallbacks,
+        "fallback_rate": fallbacks / replies if replies else None,
+        "failures": sum(u.failures > 0 for u in users),
+        "reads": sum(u.reads for u in users),
+        "read_fallbacks": sum(u.read_fallbacks for u in users),
+        "disagreements": sum(u.disagreements for u in users),
+        "cassette_misses": sum(u.cassette_misses for u in users),
     }
 
 

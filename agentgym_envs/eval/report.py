@@ -237,6 +237,45 @@ def _breakdowns(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[li
     return out
 
 
+_USER_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("episodes", "episodes", _fixed(0)),
+    ("replies", "voice replies", _fixed(0)),
+    ("first_draw_rate", "first-draw pass", _pct),
+    ("fallbacks", "fallbacks", _fixed(0)),
+    ("fallback_rate", "fallback rate", _pct),
+    ("failures", "failures", _fixed(0)),
+    ("reads", "reader reads", _fixed(0)),
+    ("disagreements", "reader disagreements", _fixed(0)),
+    ("cassette_misses", "cassette misses", _fixed(0)),
+)
+"""The simulated-user section's columns: (key in ``metrics["user_llm"]``, head, format)."""
+
+
+def _user_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per (entry, policy), then one per policy overall, of the LLM user's
+    figures (``metrics["user_llm"]``); no rows where no row has them (no episode had
+    an LLM user)."""
+    places: list[tuple[str | None, str]] = [
+        (e, p) for e in entry_ids(report) for p in policy_ids(report)
+    ]
+    places += [(None, p) for p in policy_ids(report)]
+    rows: list[list[str]] = []
+    for entry, policy in places:
+        user = metrics_of(report, policy, entry).get("user_llm")
+        if isinstance(user, Mapping):
+            cells = [fmt(user.get(key)) for key, _, fmt in _USER_COLUMNS]
+            rows.append([entry or "overall", policy, *cells])
+    return ["entry", "policy", *[head for _, head, _ in _USER_COLUMNS]], rows
+
+
+_USER_NOTE = (
+    'Episodes with the LLM user\'s voice (user="llm"), env errors included. Rates are per '
+    "voiced reply; a fallback said the template reply (every draft rejected, or a replay "
+    "without the call in its cassette); failures are the episodes a user-side failure "
+    "ended (env_error)."
+)
+
+
 def _matrix(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     policies = policy_ids(report)
     rows = [[e] + [_success(metrics_of(report, p, e)) for p in policies] for e in entry_ids(report)]
@@ -357,6 +396,7 @@ def render_markdown(report: Mapping[str, Any], plot_dir: str | None = "plots") -
             for title, head, rows in _breakdowns(report)
             for line in (f"## {title}", "", _md(head, rows), "")
         ],
+        *_md_user(report),
         "## Envs and versions",
         "",
         _md(*_versions_table(report)),
@@ -366,6 +406,12 @@ def render_markdown(report: Mapping[str, Any], plot_dir: str | None = "plots") -
         out += ["## Plots", ""]
         out += [f"![{title}]({plot_dir}/{name}.png)\n" for name, title in _PLOTS]
     return "\n".join(out)
+
+
+def _md_user(report: Mapping[str, Any]) -> list[str]:
+    """The simulated-user section's lines, or none where no episode had an LLM user."""
+    head, rows = _user_table(report)
+    return ["## Simulated user", "", _USER_NOTE, "", _md(head, rows), ""] if rows else []
 
 
 # -- HTML ------------------------------------------------------------------------------
@@ -473,6 +519,15 @@ def _html_breakdown(title: str, head: list[str], rows: list[list[str]]) -> str:
     return f"<h2>{_e(title)}</h2>\n<p>{note}</p>\n{_html_table(head, rows, text_cols=3)}"
 
 
+def _html_user(report: Mapping[str, Any]) -> str:
+    """The simulated-user section, or ``""`` where no episode had an LLM user."""
+    head, rows = _user_table(report)
+    if not rows:
+        return ""
+    table = _html_table(head, rows, text_cols=2)
+    return f"<h2>Simulated user</h2>\n<p>{_e(_USER_NOTE)}</p>\n{table}"
+
+
 def _html(report: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
     name = str(_suite(report).get("name", "?"))
     _, x_label = cost_axis(report)
@@ -497,6 +552,7 @@ def _html(report: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         "the interval is the 95% Wilson score interval.</p>",
         _html_tables(*_entry_table(report), text_cols=2, title="Per entry"),
         *[_html_breakdown(*part) for part in _breakdowns(report)],
+        _html_user(report),
         "<h2>Envs and versions</h2>",
         _html_table(*_versions_table(report), text_cols=5),
         "<h2>Plots</h2>",

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from agentgym_envs.core.episode import EpisodeFold, EpisodeStateError, EpisodeSummary, Truncation
+from agentgym_envs.core.episode import (
+    EpisodeFold,
+    EpisodeStateError,
+    EpisodeSummary,
+    Truncation,
+    UserLLMCounters,
+)
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.eval.metrics import episode_metrics
 
@@ -146,3 +152,52 @@ def test_metrics_of_summaries() -> None:
     assert split["tasks"] == 3 and split["trials"] == 1
     with pytest.raises(ValueError, match="one key per episode"):
         episode_metrics(eps, task_keys=["a"])
+
+
+def user_llm(replies: int, fallbacks: int = 0, failures: int = 0) -> dict[str, Any]:
+    """``info["user_llm"]`` as the LLM user of Retail and Calendar writes it."""
+    return {
+        "voice": {"replies": replies, "first_draw_pass": replies - fallbacks, "redraws": 1,
+                  "fallbacks": fallbacks, "failures": failures},
+        "reader": {"reads": 2, "fallbacks": 0, "disagreements": 1},
+        "cassette": {"mode": "replay", "position": 7, "misses": fallbacks},
+        "fault": "down" if failures else "",
+        "last": {"turn": 3, "rejections": [], "fallback": False, "disagreement": {}},
+    }  # fmt: skip
+
+
+def test_the_llm_users_last_counters_are_kept_and_round_trip() -> None:
+    fold = EpisodeFold()
+    fold.reset({**RESET, "user_llm": user_llm(1)})
+    fold.step(0.0, False, False, info(user_llm=user_llm(2, fallbacks=1)))
+    fold.step(0.0, True, False, info("env_error", user_llm=user_llm(3, 1, failures=1)))
+    ep = fold.summary()
+    assert ep.user_llm == UserLLMCounters(
+        replies=3, first_draw_pass=2, redraws=1, fallbacks=1, failures=1, reads=2,
+        read_fallbacks=0, disagreements=1, cassette_mode="replay", cassette_position=7,
+        cassette_misses=1, fault="down",
+    )  # fmt: skip
+    data = json.loads(json.dumps(ep.to_json()))
+    assert data["user_llm"]["replies"] == 3 and EpisodeSummary.from_json(data) == ep
+    assert play((1.0, True, False, info("success"))).user_llm is None  # no LLM user
+    old = {k: v for k, v in data.items() if k != "user_llm"}  # a record from before the field
+    assert EpisodeSummary.from_json(old).user_llm is None
+    with pytest.raises(EpisodeStateError, match="unknown UserLLMCounters fields"):
+        EpisodeSummary.from_json({**data, "user_llm": {**data["user_llm"], "mood": "cross"}})
+    with pytest.raises(EpisodeStateError, match=r"info\['user_llm'\] must be"):
+        EpisodeFold().step(0.0, False, False, {"user_llm": {"voice": {"replies": 1}}})
+
+
+def test_metrics_add_up_the_llm_users_counters_only_where_there_is_one() -> None:
+    def voiced(*users: dict[str, Any]) -> EpisodeSummary:
+        return play(
+            *((0.0, i == len(users) - 1, False, info(user_llm=u)) for i, u in enumerate(users))
+        )
+
+    eps = [voiced(user_llm(1), user_llm(4, fallbacks=1)), voiced(user_llm(2, 2, failures=1))]
+    m = episode_metrics([*eps, play((1.0, True, False, info("success")))])["user_llm"]
+    assert (m["episodes"], m["replies"], m["first_draw_pass"], m["fallbacks"]) == (2, 6, 3, 3)
+    assert m["first_draw_rate"] == m["fallback_rate"] == 0.5 and m["failures"] == 1
+    assert (m["redraws"], m["reads"], m["disagreements"], m["cassette_misses"]) == (2, 4, 2, 3)
+    assert episode_metrics([voiced(user_llm(0))])["user_llm"]["fallback_rate"] is None
+    assert "user_llm" not in episode_metrics([play((1.0, True, False, info("success")))])

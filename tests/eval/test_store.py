@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +334,19 @@ def test_the_store_writes_whatever_text_a_step_returned(tmp_path: Path) -> None:
     assert call["arguments"] == {"message": "One moment \ufffd", "\ufffd": "b'\\x00'", "s": "{1}"}
     assert got.extra == {"note": "One moment \ufffd", "(1, 2)": "1j"}
     json.dumps(got.to_json(), ensure_ascii=False).encode()
+
+
+def test_the_llm_users_counters_are_stored_and_read_back(tmp_path: Path) -> None:
+    from agentgym_envs.core.episode import UserLLMCounters
+
+    counters = UserLLMCounters(replies=4, first_draw_pass=3, fallbacks=1, cassette_mode="replay")
+    summary = replace(episode(5).summary, user_llm=counters)
+    stored = StoredEpisode.from_summary(
+        summary, env_id="agentgym/Retail-v1", policy="oracle", messages=[], actions=["a"],
+        extra={"trial": 1},
+    )  # fmt: skip
+    with TrajectoryStore(tmp_path / "t.sqlite") as store:
+        back = store.get(store.add(stored) or -1)
+        old = store.get(store.add(episode(6)) or -1)  # no LLM user: nothing in extra
+    assert back.extra == {"trial": 1, "user_llm": asdict(counters)}
+    assert back.summary.user_llm == counters and old.summary.user_llm is None
