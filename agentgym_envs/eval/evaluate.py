@@ -27,12 +27,14 @@ import gymnasium as gym
 from agentgym_envs.core.episode import EpisodeFold
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task
+from agentgym_envs.distributed.results import SlotResult
 from agentgym_envs.eval.breakdown import breakdowns, tasks_of
 from agentgym_envs.eval.journal import EpisodeJournal, EpisodeResult
 from agentgym_envs.eval.metrics import episode_metrics
 from agentgym_envs.eval.suite import Job, Suite, SuiteEntry
 from agentgym_envs.policies.base import LLM_PREFIXES
-from agentgym_envs.rollout import EnvSlots, SlotIsolation, make_slots
+from agentgym_envs.rollout import EnvSlots, Note, SlotIsolation, make_slots
+from agentgym_envs.rollout.loop import Lane, fill, play_rounds
 
 if TYPE_CHECKING:
     from agentgym_envs.store import TrajectoryStore
@@ -191,9 +193,11 @@ class _Policies:
 
 @dataclass
 class _Live:
-    index: int  # of the job
+    """One episode of a text policy: its job, record and what the policy reads next."""
+
     job: Job
     fold: EpisodeFold
+    owner: _Lane
     obs: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -219,9 +223,10 @@ class EntryPlay:
     wall_s: float = 0.0
 
 
-@dataclass
+@dataclass(eq=False)
 class _Lane:
-    """One entry's open env slots within :func:`run_entries`."""
+    """One entry's open env slots within :func:`run_entries`: a lane of the turn loop
+    (:mod:`agentgym_envs.rollout.loop`) with the entry's policy and results."""
 
     play: EntryPlay
     slots: EnvSlots
@@ -230,8 +235,98 @@ class _Lane:
     label: str
     opened: float
     pending: deque[tuple[int, Job]]
-    active: dict[int, _Live] = field(default_factory=dict)  # by env slot
     done: list[tuple[int, EpisodeResult]] = field(default_factory=list)
+    lane: Lane[_Live] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lane = Lane(self.slots, self.feed, self.finish)
+
+    def feed(self, slot: int) -> tuple[int, Job] | None:
+        return self.pending.popleft() if self.pending else None
+
+    def finish(self, index: int, live: _Live) -> None:
+        ep = live.fold.summary()
+        job, entry = live.job, self.play.entry
+        result = EpisodeResult(
+            self.label,
+            entry.name,
+            entry.env_id,
+            job.task_id or ep.task_id,
+            job.trial,
+            job.seed,
+            ep,
+            drawn=not job.task_id,
+        )
+        self.done.append((index, result))
+        self.done.sort(key=lambda pair: pair[0])
+        self.play.results[:] = [r for _, r in self.done]
+        self.play.wall_s = time.perf_counter() - self.opened
+        if self.play.on_episode is not None:
+            self.play.on_episode(result, self.play.wall_s)
+
+    @property
+    def drained(self) -> bool:
+        return not self.lane.live and not self.pending
+
+
+class _TextActor:
+    """The evaluator's actor in the turn loop: text policies, one ``act`` call per policy
+    instance for every live episode it plays (an LLM policy shared by every entry
+    generates for all of them at once)."""
+
+    def __init__(self) -> None:
+        self.owners: dict[int, _Lane] = {}  # by id of the loop's lane
+
+    def start(self, lane: Lane[_Live], slot: int, job: Job) -> _Live:
+        owner = self.owners[id(lane)]
+        live = _Live(job, EpisodeFold(), owner)
+        result = lane.slots.reset(slot, job.seed, _reset_options(owner.play.entry, job))
+        if result.crashed:
+            live.fold.crash(result.error)
+            return live
+        live.obs, live.info = result.obs, result.info
+        live.fold.reset(live.info)
+        owner.policy.reset([owner.ids[slot]])
+        return live
+
+    def act(self, turns: Sequence[tuple[Lane[_Live], int, _Live]]) -> list[str]:
+        groups: dict[int, list[int]] = {}  # policy -> the turns it acts for
+        for i, (_, _, live) in enumerate(turns):
+            groups.setdefault(id(live.owner.policy), []).append(i)
+        actions = [""] * len(turns)
+        for members in groups.values():
+            policy = turns[members[0]][2].owner.policy
+            lives = [turns[i][2] for i in members]
+            got = policy.act(
+                [live.obs for live in lives],
+                [live.info for live in lives],
+                [live.owner.ids[turns[i][1]] for i, live in zip(members, lives, strict=True)],
+            )
+            usage = list(getattr(policy, "last_usage", None) or [])
+            for k, (i, live, action) in enumerate(zip(members, lives, got, strict=True)):
+                if k < len(usage):
+                    u = usage[k]
+                    live.fold.usage(
+                        u.get("tokens_in", 0), u.get("tokens_out", 0), u.get("failed", 0)
+                    )
+                actions[i] = action
+        return actions
+
+    def note(self, lane: Lane[_Live], slot: int, live: _Live) -> Note:
+        return {
+            "trial": live.job.trial,
+            "entry": live.owner.play.entry.name,
+            "tokens_in": live.fold.tokens_in,
+            "tokens_out": live.fold.tokens_out,
+        }
+
+    def observe(self, live: _Live, action: str, result: SlotResult) -> bool:
+        if result.crashed:
+            live.fold.crash(result.error)
+        else:
+            live.fold.step(result.reward, result.terminated, result.truncated, result.info)
+            live.obs, live.info = result.obs, result.info
+        return not live.fold.done
 
 
 def _lane_size(play: EntryPlay, config: EvalConfig) -> int:
@@ -247,17 +342,18 @@ def run_entries(
 ) -> None:
     """Play the jobs of several suite entries with one policy, the entries side by side.
 
-    Each entry gets ``min(batch, max_slots, jobs)`` env slots. Entries open in order while their
+    Each entry gets ``min(batch, max_slots, jobs)`` env slots, a lane of the turn loop
+    (:func:`~agentgym_envs.rollout.loop.play_rounds`). Entries open in order while their
     slots together stay within ``config.max_slots`` (always at least one entry), and
-    each lockstep step asks the policy for the actions of every open entry's live
-    episodes at once: an LLM policy (one model serving every entry) generates for all
-    of them in one batch. Scripted policies get one instance per entry, since they read
-    the entry's envs. When an entry's jobs are all finished its slots close and the
-    next entry opens. Results go to each :class:`EntryPlay`'s ``results`` as episodes
-    finish, so a caller interrupted part way keeps those that did.
+    each round asks the policy for the actions of every open entry's live episodes at
+    once: an LLM policy (one model serving every entry) generates for all of them in one
+    batch. Scripted policies get one instance per entry, since they read the entry's
+    envs. When an entry's jobs are all finished its slots close and the next entry
+    opens. Results go to each :class:`EntryPlay`'s ``results`` as episodes finish, so a
+    caller interrupted part way keeps those that did.
 
-    When ``stop()`` turns true (checked after each lockstep step), no episode or entry
-    starts any more and the episodes still running are dropped (the recorder stores no
+    When ``stop()`` turns true (checked after each round), no episode or entry starts
+    any more and the episodes still running are dropped (the recorder stores no
     unfinished episode).
     """
     queue = deque(plays)
@@ -265,6 +361,7 @@ def run_entries(
     free_ids: list[int] = []  # the shared policy's slot numbers of closed entries
     next_id = 0
     shared = policy_spec.startswith(LLM_PREFIXES)
+    actor = _TextActor()
 
     def stopped() -> bool:
         return stop is not None and stop()
@@ -311,46 +408,26 @@ def run_entries(
             play, slots, policy, ids, label, time.perf_counter(), deque(enumerate(play.jobs))
         )
         lanes.append(lane)
-        for slot in range(len(slots)):
-            start(lane, slot)
+        actor.owners[id(lane.lane)] = lane
+        fill(lane.lane, actor)
         return lane
 
-    def close_lane(lane: _Lane) -> None:
-        lanes.remove(lane)
-        lane.slots.close()
-        if shared:
-            free_ids.extend(lane.ids)
+    def close_drained() -> None:
+        for lane in [lane for lane in lanes if lane.drained]:
+            lanes.remove(lane)
+            del actor.owners[id(lane.lane)]
+            lane.slots.close()
+            if shared:
+                free_ids.extend(lane.ids)
 
-    def finish(lane: _Lane, live: _Live) -> None:
-        ep = live.fold.summary()
-        job, entry = live.job, lane.play.entry
-        result = EpisodeResult(
-            lane.label, entry.name, entry.env_id, job.task_id or ep.task_id, job.trial, job.seed, ep
-        )
-        lane.done.append((live.index, result))
-        lane.done.sort(key=lambda pair: pair[0])
-        lane.play.results[:] = [r for _, r in lane.done]
-        lane.play.wall_s = time.perf_counter() - lane.opened
-        if lane.play.on_episode is not None:
-            lane.play.on_episode(result, lane.play.wall_s)
-
-    def start(lane: _Lane, slot: int) -> None:
-        while lane.pending:
-            index, job = lane.pending.popleft()
-            live = _Live(index, job, EpisodeFold())
-            result = lane.slots.reset(slot, job.seed, _reset_options(lane.play.entry, job))
-            if result.crashed:
-                live.fold.crash(result.error)
-                finish(lane, live)
-                continue
-            live.obs, live.info = result.obs, result.info
-            live.fold.reset(live.info)
-            lane.active[slot] = live
-            lane.policy.reset([lane.ids[slot]])
-            return
-
-    try:
-        while queue or lanes:
+    def current() -> list[Lane[_Live]]:
+        """The open entries' lanes, free slots given their next jobs; entries that
+        finished closed and the next ones opened while there is room."""
+        if not stopped():
+            for lane in lanes:
+                fill(lane.lane, actor)
+        close_drained()
+        while queue and not stopped():
             used = sum(len(lane.slots) for lane in lanes)
             while (
                 queue
@@ -358,82 +435,19 @@ def run_entries(
                 and (not lanes or used + _lane_size(queue[0], config) <= config.max_slots)
             ):
                 used += len(open_lane(queue.popleft()).slots)
-            for lane in [lane for lane in lanes if not lane.active]:
-                close_lane(lane)  # every job ended at its reset
-            if not lanes:
-                if stopped():
-                    break
-                continue
-            actions = _act(lanes)
-            for lane in lanes:
-                _step_lane(lane, actions[id(lane)], finish, start, stopped)
-            for lane in [lane for lane in lanes if not lane.active]:
-                close_lane(lane)
-            if stopped():
+            close_drained()  # every job ended at its reset
+            if lanes:
                 break
+        return [lane.lane for lane in lanes]
+
+    try:
+        play_rounds(current, actor, stop=stop)
     finally:
-        for lane in list(lanes):
-            close_lane(lane)
-
-
-def _act(lanes: Sequence[_Lane]) -> dict[int, list[str]]:
-    """The actions of every live episode, one ``act`` call per policy instance (an
-    LLM policy shared by every entry generates for all of them at once)."""
-    groups: dict[int, list[tuple[_Lane, int]]] = {}
-    for lane in lanes:
-        for slot in sorted(lane.active):
-            groups.setdefault(id(lane.policy), []).append((lane, slot))
-    actions: dict[int, list[str]] = {id(lane): [] for lane in lanes}
-    for members in groups.values():
-        policy = members[0][0].policy
-        lives = [lane.active[slot] for lane, slot in members]
-        got = policy.act(
-            [live.obs for live in lives],
-            [live.info for live in lives],
-            [lane.ids[slot] for lane, slot in members],
-        )
-        usage = list(getattr(policy, "last_usage", None) or [])
-        for i, ((lane, _), live, action) in enumerate(zip(members, lives, got, strict=True)):
-            if i < len(usage):
-                u = usage[i]
-                live.fold.usage(u.get("tokens_in", 0), u.get("tokens_out", 0), u.get("failed", 0))
-            actions[id(lane)].append(action)
-    return actions
-
-
-def _step_lane(
-    lane: _Lane,
-    actions: Sequence[str],
-    finish: Callable[[_Lane, _Live], None],
-    start: Callable[[_Lane, int], None],
-    stopped: Callable[[], bool],
-) -> None:
-    """Step every live episode of one entry with its action (all sent before any result
-    is read: in parallel on Ray); finished episodes free their slots for the next job."""
-    order = sorted(lane.active)
-    notes = [
-        {
-            "trial": lane.active[s].job.trial,
-            "entry": lane.play.entry.name,
-            "tokens_in": lane.active[s].fold.tokens_in,
-            "tokens_out": lane.active[s].fold.tokens_out,
-        }
-        for s in order
-    ]
-    results = lane.slots.step_many(list(zip(order, actions, strict=True)), notes)
-    for slot, result in zip(order, results, strict=True):
-        live = lane.active[slot]
-        fold = live.fold
-        if result.crashed:
-            fold.crash(result.error)
-        else:
-            fold.step(result.reward, result.terminated, result.truncated, result.info)
-            live.obs, live.info = result.obs, result.info
-        if fold.done:
-            del lane.active[slot]
-            finish(lane, live)
-            if not stopped():
-                start(lane, slot)
+        for lane in lanes:
+            lane.slots.close()
+            if shared:
+                free_ids.extend(lane.ids)
+        lanes.clear()
 
 
 def run_entry(

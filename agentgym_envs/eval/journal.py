@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 
 JOURNAL_FILE = "episodes.jsonl"
 
-JobKey = tuple[str, str, int, int]
-"""(policy, entry, trial, reset seed): one job of one policy."""
+JobKey = tuple[str, str, str, int, int]
+"""(policy, entry, task id, trial, reset seed): one job of one policy (the task id is
+``""`` for a job whose task the env draws from the seed)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class EpisodeResult:
         seed: the reset seed.
         episode: the episode (outcome, return, costs, tokens ...).
         episode_id: the trajectory-store row, where one is known.
+        drawn: the job named no task: the env drew ``task_id`` from the seed.
     """
 
     policy: str
@@ -58,6 +60,13 @@ class EpisodeResult:
     seed: int
     episode: EpisodeSummary
     episode_id: int | None = None
+    drawn: bool = False
+
+    @property
+    def key(self) -> JobKey:
+        """The journal's key of the job this episode played."""
+        task = "" if self.drawn else self.task_id
+        return (self.policy, self.entry, task, self.trial, self.seed)
 
     @property
     def success(self) -> bool:
@@ -100,9 +109,9 @@ class EpisodeResult:
 
 
 def job_key(policy: str, job: Job) -> JobKey:
-    """The key of ``job`` played by ``policy`` (the reset seed tells a suite's tasks apart,
-    and a drawn task has no id before its reset)."""
-    return (policy, job.entry, job.trial, job.seed)
+    """The key of ``job`` played by ``policy`` (a drawn task has no id before its reset,
+    so its job is told apart by its seed)."""
+    return (policy, job.entry, job.task_id, job.trial, job.seed)
 
 
 class EpisodeJournal:
@@ -150,8 +159,7 @@ class EpisodeJournal:
     def add(self, result: EpisodeResult, wall_s: float, policy_wall_s: float = 0.0) -> None:
         """Record a finished episode; ``wall_s``: its entry's time so far;
         ``policy_wall_s``: its policy's (default: its entry's)."""
-        key = (result.policy, result.entry, result.trial, result.seed)
-        self._results[key] = result
+        self._results[result.key] = result
         self._wall[(result.policy, result.entry)] = wall_s
         policy_wall_s = policy_wall_s or wall_s
         self._policy_wall[result.policy] = policy_wall_s
@@ -165,6 +173,7 @@ class EpisodeJournal:
             "trial": result.trial,
             "seed": result.seed,
             "episode_id": result.episode_id,
+            "drawn": result.drawn,
             "entry_wall_s": wall_s,
             "policy_wall_s": policy_wall_s,
             "episode": result.episode.to_json(),
@@ -194,6 +203,8 @@ class EpisodeJournal:
                 seed=int(row["seed"]),
                 episode=EpisodeSummary.from_json(row["episode"]),
                 episode_id=row.get("episode_id"),
+                # a journal from before this field: a job played again if it was drawn
+                drawn=bool(row.get("drawn", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(
@@ -201,8 +212,7 @@ class EpisodeJournal:
                 "be the episodes.jsonl that `agentgym eval` wrote. Start a new run with "
                 "another --out"
             ) from exc
-        key = (result.policy, result.entry, result.trial, result.seed)
-        self._results[key] = result
+        self._results[result.key] = result
         wall = float(row.get("entry_wall_s", 0.0))
         entry = (result.policy, result.entry)
         self._wall[entry] = max(self._wall.get(entry, 0.0), wall)

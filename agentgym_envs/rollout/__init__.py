@@ -12,12 +12,14 @@
 * :mod:`~agentgym_envs.rollout.turns`: how an episode's chat grows around sampled ids;
 * :mod:`~agentgym_envs.rollout.trajectory`: what a rollout produces (``Trajectory``, its
   segments, ``RolloutJob``);
-* :mod:`~agentgym_envs.rollout.episodes`: ``RolloutRunner``, the one token-in, token-out
-  turn loop (the reference trainer's, and the TRL and verl adapters' through
+* :mod:`~agentgym_envs.rollout.loop`: ``play_rounds``, the one turn loop (lanes of slots,
+  an actor that acts for every live episode at once);
+* :mod:`~agentgym_envs.rollout.episodes`: ``RolloutRunner``, its token-in, token-out
+  actor (the reference trainer's, and the TRL and verl adapters' through
   :func:`~agentgym_envs.integrations.text_rollout.play_text_episodes`).
 
-The evaluator (:mod:`agentgym_envs.eval.evaluate`) plays its text policies on these
-slots too.
+The evaluator (:mod:`agentgym_envs.eval.evaluate`) plays its text policies on the same
+slots and loop.
 """
 
 from agentgym_envs.rollout.factory import SlotIsolation, make_slots

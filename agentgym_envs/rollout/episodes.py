@@ -1,6 +1,7 @@
-"""The turn loop: batched multi-turn episodes with exact token bookkeeping (token in,
-token out), for every user of the library that samples tokens (the reference trainer, the
-TRL and verl adapters).
+"""Token in, token out: batched multi-turn episodes with exact token bookkeeping, for
+every user of the library that samples tokens (the reference trainer, the TRL and verl
+adapters). The runner is the token actor of the one turn loop
+(:mod:`agentgym_envs.rollout.loop`).
 
 Each env slot (:mod:`agentgym_envs.rollout`) plays one episode at a time; all slots that
 wait for an action are sampled in one batch by a
@@ -54,7 +55,8 @@ from agentgym_envs.distributed.results import SlotResult
 from agentgym_envs.llm.chat import ChatFormat, Message
 from agentgym_envs.llm.generation import Generator, Sample
 from agentgym_envs.llm.http_generator import GenerationServerError
-from agentgym_envs.rollout import EnvSlots, LocalEnvSlots, Script
+from agentgym_envs.rollout import EnvSlots, LocalEnvSlots, Note, Script
+from agentgym_envs.rollout.loop import Lane, fill, play_rounds
 from agentgym_envs.rollout.trajectory import (
     RolloutJob,
     Segment,
@@ -99,6 +101,8 @@ class _Episode:
     keep_checkpoints: bool = False
     # tokens the current segment may hold (max_context, or less under max_completion)
     limit: int = 0
+    # the sample of the turn being played (its action is stepped before it is observed)
+    sample: Sample | None = None
 
     def fork(self, prompt: int | None) -> _Episode:
         """A copy that shares nothing mutable with this episode (turn objects and finished
@@ -331,78 +335,36 @@ class RolloutRunner:
                 job is never sampled with weights older than those pushed before it).
             checkpoints: keep checkpoints of the new episodes (see :meth:`collect`).
         """
-        live: dict[int, tuple[int, _Episode]] = {}  # slot -> (job key, episode)
-        while True:
-            for slot in range(len(self.slots)):
-                while slot not in live and (item := feed(slot)) is not None:
-                    index, job = item
-                    if isinstance(job, TurnCheckpoint):
-                        episode = self._resume(slot, job, stats)
-                    else:
-                        first = policy_version
-                        if first is None:
-                            first = self.sampler.weights_version
-                        episode = self._start(slot, job, first, stats)
-                        episode.keep_checkpoints = checkpoints
-                    if episode.fold.done:
-                        emit(index, self._finish(episode))
-                        continue
-                    if script is not None:
-                        episode.script = self.slots.script(slot, script)
-                    live[slot] = (index, episode)
-            if not live:
-                return
-            slots = sorted(live)
-            self._checkpoint([s for s in slots if live[s][1].keep_checkpoints], live, stats)
-            if before_generate is not None:
-                before_generate()
-            samples = self._generate(live, slots, stats, script is not None)
-            if samples is None:  # the generation server failed: env errors, not policy ones
-                for slot in slots:
-                    index, episode = live.pop(slot)
-                    emit(index, self._finish(episode))
-                continue
-            # read after the call: a server reports the weights that answered it
-            version = self.sampler.weights_version if policy_version is None else policy_version
-            actions = [
-                (slot, self._act(live[slot][1], sample, version))
-                for slot, sample in zip(slots, samples, strict=True)
-            ]
-            start = time.perf_counter()
-            try:  # every live slot steps at once (in parallel on a pool's actors)
-                results = self.slots.step_many(actions)
-            finally:
-                stats.env_s += time.perf_counter() - start
-            for (slot, content), sample, result in zip(actions, samples, results, strict=True):
-                index, episode = live[slot]
-                if not self._observe(episode, sample, content, result):
-                    emit(index, self._finish(episode))
-                    del live[slot]
+        actor = _Sampling(self, stats, policy_version, script, before_generate, checkpoints)
+        lane: Lane[_Episode] = Lane(self.slots, feed, lambda key, ep: emit(key, self._finish(ep)))
+
+        def lanes() -> list[Lane[_Episode]]:
+            fill(lane, actor)
+            return [lane]
+
+        def env_time(seconds: float) -> None:
+            stats.env_s += seconds
+
+        play_rounds(lanes, actor, on_env_s=env_time)
 
     def _generate(
-        self,
-        live: dict[int, tuple[int, _Episode]],
-        slots: list[int],
-        stats: RolloutStats,
-        scripted: bool,
+        self, turns: list[tuple[int, _Episode]], stats: RolloutStats, scripted: bool
     ) -> list[Sample] | None:
-        """One sample per live slot; None when the generation server failed (every
-        episode of the call is then ended as ``env_error``)."""
-        prompts = [live[s][1].segment.ids for s in slots]
-        budgets = [self._room(live[s][1]) for s in slots]
+        """One sample per ``(slot, episode)``; None when the generation server failed
+        (every episode of the call is then ended as ``env_error``)."""
+        prompts = [ep.segment.ids for _, ep in turns]
+        budgets = [self._room(ep) for _, ep in turns]
         start = time.perf_counter()
         try:
             if not scripted:
-                rows = slots if self.cache_rows else None
+                rows = [slot for slot, _ in turns] if self.cache_rows else None
                 samples = self.sampler.generate(prompts, budgets, rows=rows)
             else:
-                samples = [
-                    self._scripted(live[s][1], n) for s, n in zip(slots, budgets, strict=True)
-                ]
+                samples = [self._scripted(ep, n) for (_, ep), n in zip(turns, budgets, strict=True)]
         except GenerationServerError as exc:
-            log.warning("generation failed for %d episodes: %s", len(slots), exc)
-            for slot in slots:
-                live[slot][1].fold.crash(f"{type(exc).__name__}: {exc}")
+            log.warning("generation failed for %d episodes: %s", len(turns), exc)
+            for _, ep in turns:
+                ep.fold.crash(f"{type(exc).__name__}: {exc}")
             return None
         finally:
             stats.generation_s += time.perf_counter() - start
@@ -456,20 +418,17 @@ class RolloutRunner:
             episode.fold.crash(result.error)
         return episode
 
-    def _checkpoint(
-        self, slots: list[int], live: dict[int, tuple[int, _Episode]], stats: RolloutStats
-    ) -> None:
-        """Keep the checkpoint before the next turn of each of ``slots``' episodes (None
+    def _checkpoint(self, turns: list[tuple[int, _Episode]], stats: RolloutStats) -> None:
+        """Keep the checkpoint before the next turn of each ``(slot, episode)`` (None
         where the env's snapshot could not be taken: that turn is not branched from)."""
-        if not slots:
+        if not turns:
             return
         start = time.perf_counter()
         try:
-            states = self.slots.get_states(slots)
+            states = self.slots.get_states([slot for slot, _ in turns])
         finally:
             stats.env_s += time.perf_counter() - start
-        for slot, state in zip(slots, states, strict=True):
-            ep = live[slot][1]
+        for (slot, ep), state in zip(turns, states, strict=True):
             turn = len(ep.traj.actions)
             assert len(ep.traj.checkpoints) == turn, "one checkpoint per turn"
             ckpt = None
@@ -611,6 +570,67 @@ class RolloutRunner:
             ep.traj.segments.append(_trimmed(ep.segment))
         ep.traj.context["segments"] = len(ep.traj.segments)
         return ep.traj
+
+
+class _Sampling:
+    """The runner's actor for one :meth:`RolloutRunner.play`: it samples every live
+    episode's next turn in one generator call (or asks the scripted policy)."""
+
+    def __init__(
+        self,
+        runner: RolloutRunner,
+        stats: RolloutStats,
+        policy_version: int | None,
+        script: Script | None,
+        before_generate: Callable[[], None] | None,
+        checkpoints: bool,
+    ) -> None:
+        self.runner = runner
+        self.stats = stats
+        self.policy_version = policy_version
+        self.script = script
+        self.before_generate = before_generate
+        self.checkpoints = checkpoints
+
+    def start(self, lane: Lane[_Episode], slot: int, job: Any) -> _Episode:
+        runner = self.runner
+        if isinstance(job, TurnCheckpoint):
+            episode = runner._resume(slot, job, self.stats)
+        else:
+            first = self.policy_version
+            if first is None:
+                first = runner.sampler.weights_version
+            episode = runner._start(slot, job, first, self.stats)
+            episode.keep_checkpoints = self.checkpoints
+        if self.script is not None and not episode.fold.done:
+            episode.script = lane.slots.script(slot, self.script)
+        return episode
+
+    def act(self, turns: Sequence[tuple[Lane[_Episode], int, _Episode]]) -> list[str]:
+        runner = self.runner
+        pairs = [(slot, ep) for _, slot, ep in turns]
+        runner._checkpoint([(s, ep) for s, ep in pairs if ep.keep_checkpoints], self.stats)
+        if self.before_generate is not None:
+            self.before_generate()
+        samples = runner._generate(pairs, self.stats, self.script is not None)
+        if samples is None:  # the generation server failed: env errors, not policy ones
+            return [""] * len(pairs)
+        # read after the call: a server reports the weights that answered it
+        version = self.policy_version
+        if version is None:
+            version = runner.sampler.weights_version
+        actions = []
+        for (_, ep), sample in zip(pairs, samples, strict=True):
+            ep.sample = sample
+            actions.append(runner._act(ep, sample, version))
+        return actions
+
+    def note(self, lane: Lane[_Episode], slot: int, episode: _Episode) -> Note:
+        return None
+
+    def observe(self, episode: _Episode, action: str, result: SlotResult) -> bool:
+        assert episode.sample is not None, "observed before it acted"
+        return self.runner._observe(episode, episode.sample, action, result)
 
 
 class _SlotQueue:

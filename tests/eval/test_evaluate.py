@@ -374,3 +374,26 @@ def test_a_journal_from_before_side_by_side_entries_sums_their_times(tmp_path: P
                             + "\n" for r in rows))  # fmt: skip
     old = EpisodeJournal.load(path)  # entries that ran one after another: 100 s + 200 s
     assert old.policy_wall_s("p") == 300.0 and old.wall_s("p", "e") == 100.0
+
+
+def test_given_jobs_that_share_a_trial_and_seed_keep_both_episodes(tmp_path: Path) -> None:
+    from agentgym_envs.eval.journal import EpisodeJournal
+    from agentgym_envs.eval.suite import Job
+
+    suite = suite_from_spec(SPEC)
+    tasks = suite.entries[0].task_ids(suite.seed)[:2]
+    jobs = [Job("sokoban", task, 0, 5) for task in tasks]  # same trial, same seed
+    path = tmp_path / "episodes.jsonl"
+    report = evaluate(
+        suite,
+        ["oracle"],
+        EvalConfig(batch=2),
+        entries=["sokoban"],
+        jobs={("oracle", "sokoban"): jobs},
+        journal=EpisodeJournal(path),
+    )
+    assert sorted(e["task_id"] for e in report["episodes"]) == sorted(tasks)
+    resumed = EpisodeJournal.load(path)  # a resumed run finds both, and plays neither again
+    assert [r.task_id for r in resumed.results("oracle", jobs)] == tasks
+    drawn = Job("sokoban", "", 0, 5)
+    assert not resumed.has("oracle", drawn)  # nor does a job that draws its task match

@@ -116,17 +116,18 @@ def test_an_unknown_isolation_names_the_choices() -> None:
 
 def test_the_evaluator_and_the_trainer_play_on_these_slots() -> None:
     """One slots layer and one turn loop: the old homes are gone and every user imports
-    them (the evaluator the slots; the trainer and the adapters the turn loop)."""
+    them (the evaluator, the trainer and the adapters)."""
     import importlib.util
 
     from agentgym_envs.eval import evaluate
     from agentgym_envs.integrations import text_rollout
-    from agentgym_envs.rollout import episodes
+    from agentgym_envs.rollout import episodes, loop
     from agentgym_trainers import env_slots, trainer
 
     assert importlib.util.find_spec("agentgym_envs.eval.workers") is None
     assert importlib.util.find_spec("agentgym_trainers.rollout") is None
     assert vars(evaluate)["make_slots"] is make_slots
+    assert vars(evaluate)["play_rounds"] is loop.play_rounds is vars(episodes)["play_rounds"]
     assert vars(episodes)["LocalEnvSlots"] is LocalEnvSlots
     assert vars(trainer)["RolloutRunner"] is episodes.RolloutRunner
     assert vars(text_rollout)["RolloutRunner"] is episodes.RolloutRunner
