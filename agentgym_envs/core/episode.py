@@ -103,7 +103,7 @@ class UserLLMCounters:
                 cassette_misses=int(cassette["misses"]),
                 fault=str(report.get("fault", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise EpisodeStateError(
                 f"info['user_llm'] must be the LLM user's report (voice, reader and cassette "
                 f"counters, as agentgym_envs.business.voice.VoiceState.report writes it); "

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
-from agentgym_envs.core.episode import EpisodeFold
+from agentgym_envs.core.episode import EpisodeFold, EpisodeStateError
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task
 from agentgym_envs.distributed.results import SlotResult
@@ -285,7 +285,11 @@ class _TextActor:
             live.fold.crash(result.error)
             return live
         live.obs, live.info = result.obs, result.info
-        live.fold.reset(live.info)
+        try:
+            live.fold.reset(live.info)
+        except EpisodeStateError as exc:  # the env's info breaks the record: its fault
+            live.fold.crash(f"{type(exc).__name__}: {exc}")
+            return live
         owner.policy.reset([owner.ids[slot]])
         return live
 
@@ -323,9 +327,13 @@ class _TextActor:
     def observe(self, live: _Live, action: str, result: SlotResult) -> bool:
         if result.crashed:
             live.fold.crash(result.error)
-        else:
+            return False
+        try:
             live.fold.step(result.reward, result.terminated, result.truncated, result.info)
-            live.obs, live.info = result.obs, result.info
+        except EpisodeStateError as exc:  # the env's info breaks the record: its fault
+            live.fold.crash(f"{type(exc).__name__}: {exc}")
+            return False
+        live.obs, live.info = result.obs, result.info
         return not live.fold.done
 
 

@@ -129,7 +129,7 @@ class EpisodeJournal:
         self._policy_wall: dict[str, float] = {}
 
     def __len__(self) -> int:
-        return len(self._results)
+        return len({id(result) for result in self._results.values()})
 
     def has(self, policy: str, job: Job) -> bool:
         """Whether ``job`` played by ``policy`` has finished."""
@@ -203,7 +203,6 @@ class EpisodeJournal:
                 seed=int(row["seed"]),
                 episode=EpisodeSummary.from_json(row["episode"]),
                 episode_id=row.get("episode_id"),
-                # a journal from before this field: a job played again if it was drawn
                 drawn=bool(row.get("drawn", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -213,6 +212,9 @@ class EpisodeJournal:
                 "another --out"
             ) from exc
         self._results[result.key] = result
+        if "drawn" not in row:  # from before the field: the job may have drawn its task
+            legacy = (result.policy, result.entry, "", result.trial, result.seed)
+            self._results.setdefault(legacy, result)
         wall = float(row.get("entry_wall_s", 0.0))
         entry = (result.policy, result.entry)
         self._wall[entry] = max(self._wall.get(entry, 0.0), wall)

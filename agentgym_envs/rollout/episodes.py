@@ -141,6 +141,7 @@ class _Episode:
             messages=list(self.messages),
             segment=seg,
             keep_checkpoints=False,
+            sample=None,  # the turn before the copy is played, not kept with it
         )
 
 

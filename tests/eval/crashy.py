@@ -2,7 +2,9 @@
 
 Importing this module registers ``agentgym-test/CrashySokoban-v0``. With
 ``crash="exit"`` the process dies (``os._exit``) at step 2 of every episode of the
-tasks in ``CRASH_TASKS``; with ``crash="raise"`` the step raises instead.
+tasks in ``CRASH_TASKS``; with ``crash="raise"`` the step raises instead; with
+``crash="foreign_info"`` every step of those tasks answers an ``info["user_llm"]`` that
+is not the LLM user's report (a plugin env's own data under that key).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class CrashySokobanEnv(SokobanEnv):
         self.crash_tasks = tuple(crash_tasks)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task.id in self.crash_tasks and self.crash == "foreign_info":
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, reward, terminated, truncated, {**info, "user_llm": {"voice": 1}}
         if self.task.id in self.crash_tasks and self.steps_taken == 1:
             if self.crash == "exit":
                 os._exit(3)

@@ -251,6 +251,22 @@ def test_a_crashing_env_costs_only_its_episodes(isolation: str) -> None:
     assert m["success_rate"] == 1.0 and m["env_errors"] == 2 and m["valid"] == 4
 
 
+@pytest.mark.parametrize("store", [False, True])
+def test_an_info_the_record_cannot_read_costs_only_its_episodes(
+    store: bool, tmp_path: Path
+) -> None:
+    """A plugin env's own ``info["user_llm"]`` (not the LLM user's report): its episodes
+    are env errors with the reason, with or without a store, and the suite goes on."""
+    spec = {"name": "odd", "entries": [{"name": "c", "env": crashy.SUITE_ENV, "tasks": 3}]}
+    doomed = suite_from_spec(spec).entries[0].task_ids(0)[0]
+    spec["entries"][0]["env_kwargs"] = {"crash": "foreign_info", "crash_tasks": [doomed]}  # type: ignore[index]
+    config = EvalConfig(batch=2, store=str(tmp_path / "t.db") if store else None)
+    report = evaluate(suite_from_spec(spec), ["oracle"], config)
+    by_task = {e["task_id"]: e for e in report["episodes"]}
+    assert by_task[doomed]["outcome"] == "env_error" and "user_llm" in by_task[doomed]["error"]
+    assert sum(e["success"] for e in report["episodes"]) == 2
+
+
 def test_eval_cli_writes_reports_and_replays(tmp_path: Path) -> None:
     suite_file = tmp_path / "mini.yaml"
     suite_file.write_text(json.dumps(SPEC))  # JSON is YAML
@@ -397,3 +413,20 @@ def test_given_jobs_that_share_a_trial_and_seed_keep_both_episodes(tmp_path: Pat
     assert [r.task_id for r in resumed.results("oracle", jobs)] == tasks
     drawn = Job("sokoban", "", 0, 5)
     assert not resumed.has("oracle", drawn)  # nor does a job that draws its task match
+
+
+def test_a_journal_from_before_drawn_jobs_were_marked_resumes_every_job(tmp_path: Path) -> None:
+    from agentgym_envs.eval.journal import EpisodeJournal
+    from agentgym_envs.eval.suite import Job
+
+    path = tmp_path / "episodes.jsonl"
+    journal = EpisodeJournal(path)
+    journal.add(_ep("lake-3", 0, "success"), 1.0)  # played as a job that drew lake-3
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "drawn"}) + "\n" for r in rows)
+    )
+    old = EpisodeJournal.load(path)
+    drawn, named = Job("e", "", 0, 0), Job("e", "lake-3", 0, 0)
+    assert old.has("p", drawn) and old.has("p", named)  # either way, not played again
+    assert len(old) == 1 and [r.task_id for r in old.results("p", [drawn])] == ["lake-3"]

@@ -85,6 +85,8 @@ def test_a_branch_sees_the_original_observation_and_token_history(
         assert len(original.checkpoints) == len(original.actions)
         ckpt = original.checkpoints[1]
         assert ckpt is not None and ckpt.turn == 1
+        # a checkpoint keeps no sampled turn (one per turn would add up over a run)
+        assert all(c is None or c.episode.sample is None for c in original.checkpoints)
         branches, _ = r.collect([ckpt, ckpt], 0)
         for b in branches:
             assert b.episode.valid and len(b.actions) >= 2
