@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -134,6 +135,16 @@ class LLMUserConfig:
                 "http://127.0.0.1:8000/v1> unless it replays a cassette "
                 "(user_cassette=..., user_cassette_mode='replay')"
             )
+        # numbers as floats, so temperature=1 and 1.0 are one call (one cassette key)
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if value is None and name == "top_p":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"user_options {name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"user_options {name} must be finite and >= 0, got {value}")
+            object.__setattr__(self, name, float(value))
         if self.draws < 1 or self.max_tokens < 1 or self.retries < 0 or self.timeout_s <= 0:
             raise ConfigError(
                 "user_options need draws >= 1, max_tokens >= 1, retries >= 0 and "

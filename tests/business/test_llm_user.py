@@ -98,11 +98,29 @@ def echo() -> Iterator[ScriptedEndpoint]:
           "user_options": {"draws": 0}}, "draws >= 1"),
         ({"user": "llm", "user_model": "m", "user_base_url": "http://x/v1",
           "user_cassette_mode": "record"}, "user_cassette"),
+        ({"user": "llm", "user_model": "m", "user_base_url": "http://x/v1",
+          "user_options": {"temperature": "hot"}}, "temperature must be a number"),
+        ({"user": "llm", "user_model": "m", "user_base_url": "http://x/v1",
+          "user_options": {"top_p": float("nan")}}, "top_p must be finite"),
     ],
 )  # fmt: skip
 def test_bad_user_configuration_is_a_config_error_naming_the_fix(kwargs, fix) -> None:
     with pytest.raises(ConfigError, match=re.escape(fix)):
         gym.make(RETAIL, **kwargs)
+
+
+def test_an_integer_temperature_is_the_same_call_as_its_float() -> None:
+    """temperature=1 and 1.0 sample alike, so they must share a cassette key (a replay
+    of a recording made with the other spelling would otherwise miss every call)."""
+    from agentgym_envs.business.user_model import cassette_key, user_config
+
+    def key(temperature: object) -> str:
+        config = user_config(
+            "llm", "m", "http://x/v1", "keyword", None, None, {"temperature": temperature}
+        )
+        return cassette_key("m", config.settings("voice", 3), [{"role": "user", "content": "hi"}])
+
+    assert key(1) == key(1.0) != key(0.7)
 
 
 def test_cassette_files_are_checked_when_opened(tmp_path: Path) -> None:
