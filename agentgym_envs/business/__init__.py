@@ -20,6 +20,7 @@ FAMILY = Family(
         "Retail": "agentgym_envs.business.injection:retail",
         "Calendar": "agentgym_envs.business.injection:calendar",
     },
+    endpoint_kwargs=("user_base_url",),
 )
 
 __all__ = ["FAMILY"]

@@ -78,6 +78,9 @@ class Family:
         actor_close: ``"module:function"`` an env actor calls, with no argument, after
             closing its envs (to stop what its envs share, such as a browser); ``""``:
             nothing. It must import nothing heavy.
+        endpoint_kwargs: constructor arguments that, when given, make the env's steps
+            wait on a model endpoint (the business envs' ``user_base_url``, an LLM user):
+            a server never runs such an env's sessions on its event loop.
     """
 
     name: str
@@ -91,6 +94,7 @@ class Family:
     injection: Mapping[str, str] = field(default_factory=dict)
     test_marks: tuple[str, ...] = ()
     actor_close: str = ""
+    endpoint_kwargs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not self.package:

@@ -374,8 +374,8 @@ def runs_inline(
     microseconds, which a thread per session would only slow down. A family that runs a
     browser or a process per call, or an env of a plugin (no family record), gets a thread
     per session, which thread-bound resources need; so does an env whose ``make_kwargs``
-    name a model endpoint (a key ending in ``base_url``: an LLM user), whose step waits on
-    the network.
+    give one of its family's ``endpoint_kwargs`` (an LLM user's model endpoint), whose
+    step waits on the network.
 
     Raises:
         ConfigError: ``executor`` is not one of :data:`EXECUTORS`, or ``loop`` for an env
@@ -385,7 +385,9 @@ def runs_inline(
         raise ConfigError(
             f"executor (--executor) must be one of {', '.join(EXECUTORS)}, got {executor!r}"
         )
-    remote = sorted(k for k, v in (make_kwargs or {}).items() if k.endswith("base_url") and v)
+    record = family(entry.family)
+    declared = record.endpoint_kwargs if record is not None else ()
+    remote = sorted(k for k in declared if (make_kwargs or {}).get(k))
     if remote and executor == "loop":  # a step that waits on an endpoint blocks every session
         raise ConfigError(
             f"{entry.id} with {', '.join(remote)} calls a model endpoint in its steps, which "
@@ -396,7 +398,6 @@ def runs_inline(
         return executor == "loop"
     if remote:
         return False
-    record = family(entry.family)
     return record is not None and record.cost.cpus_per_env < 1.0
 
 

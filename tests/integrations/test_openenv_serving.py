@@ -39,7 +39,7 @@ from agentgym_envs.integrations.openenv import (  # noqa: E402
     runs_inline,
     serve,
 )
-from agentgym_envs.registration import find  # noqa: E402
+from agentgym_envs.registration import family, find  # noqa: E402
 
 RETAIL = "agentgym/Retail-v1"
 RETAIL_TASK = {"split": "test", "difficulty": "easy"}  # seed 7: its oracle writes rows
@@ -345,6 +345,11 @@ def test_an_env_that_calls_a_model_endpoint_gets_a_thread_never_the_loop() -> No
     assert not runs_inline(find(RETAIL), "thread", remote)
     with pytest.raises(ConfigError, match="--executor thread"):
         runs_inline(find(RETAIL), "loop", remote)
+    # the family declares which arguments name an endpoint: not a name's spelling
+    assert (
+        find(RETAIL).family == "business" and "user_base_url" in family("business").endpoint_kwargs
+    )
+    assert runs_inline(find("Sokoban"), "loop", {"image_base_url": "http://x"})
 
 
 def test_json_nested_past_the_parsers_depth_is_an_invalid_json_answer(
