@@ -25,6 +25,15 @@ compression and keepalive. For each S and each repeat, each server plays two tri
   phase, step latency, server RSS before the sessions opened vs with them open (per
   session), server CPU seconds per step (``/proc/<pid>/stat``), bytes per step answer.
 
+Memory and CPU are read twice over: for the **server** process alone, and for its whole
+**tree**, the server and every descendant summed over ``/proc`` (RSS, PSS and CPU with the
+children reaped; :func:`~.openenv_load.tree_figures`), its CPU from a ``cpuacct`` cgroup of
+the server's own where the host allows (:class:`~.openenv_load.CpuCgroup`: a sandbox in a
+pid namespace is reaped outside the tree). A WebShop session's pages live in
+Chromium's processes and a RepoFix command in a bubblewrap child, so only the tree says what
+a heavy env's session costs; from it the summary derives a capacity: steps/s per core
+(``1000 / tree CPU ms per step``) and sessions per GiB (``1024 / tree MiB per session``).
+
 The order of the two servers alternates from one repeat to the next.
 """
 
@@ -54,6 +63,7 @@ from agentgym_envs.integrations.openenv_load import (
     LoadPlan,
     LoadRound,
     ServerProcess,
+    TreeFigures,
     agentgym_argv,
     echo_argv,
     free_port,
@@ -220,6 +230,19 @@ class Trial:
     rss_per_session_mib: float | None
     server_threads_open: int | None
     server_cpu_ms_per_step: float | None
+    # the server and its descendants (Chromium, sandboxes): see the module doc
+    tree_processes_open: int | None
+    tree_rss_before_mib: float | None
+    tree_rss_open_mib: float | None
+    tree_rss_peak_mib: float | None  # sampled every TREE_SAMPLE_S, and at each phase
+    tree_rss_per_session_mib: float | None  # the sessions held open, after their steps
+    tree_peak_per_session_mib: float | None  # (peak - before) / sessions: with commands running
+    tree_pss_before_mib: float | None  # None: a member's smaps_rollup was unreadable
+    tree_pss_open_mib: float | None
+    tree_pss_per_session_mib: float | None
+    tree_cpu_ms_per_step: float | None  # by the server's cgroup where it had one, else /proc
+    tree_cpu_source: str | None  # "cgroup" or "proc"
+    tree_proc_cpu_ms_per_step: float | None  # by /proc: misses children reaped outside
     client_cpu_ms_per_step: float | None  # this load generator's
     step_message_bytes: float | None  # a step's answer, JSON text (mean)
     action_message_bytes: float | None  # a step's request
@@ -272,14 +295,14 @@ def run_trial(
         )
         if kind == TrialKind.WARM:
             warm = dataclasses.replace(plan, sessions=WARMUP_SESSIONS, steps=1)
-            got = asyncio.run(play(warm, proc.proc.pid, label + " warm-up", log))
+            got = asyncio.run(play(warm, proc.proc.pid, label + " warm-up", log, proc.cgroup))
             if got.held < WARMUP_SESSIONS:
                 raise AgentGymError(
                     f"the {server} server failed its warm-up ({got.examples}); nothing was "
                     "measured. Is --action a valid action of the env?"
                 )
             time.sleep(0.5)  # the server ends the warm-up sessions after they close
-        r = asyncio.run(play(plan, proc.proc.pid, label, log))
+        r = asyncio.run(play(plan, proc.proc.pid, label, log, proc.cgroup))
     finally:
         died = proc.stop()
     return _trial(server, kind, sessions, repeat, r, len(step_text.encode()), proc.start_s, died)
@@ -296,11 +319,29 @@ def _trial(
     died: int | None,
 ) -> Trial:
     before, opened, end = r.before, r.open, r.end
-    per_session = cpu = None
+    per_session = cpu = tree_cpu = proc_tree_cpu = source = None
     if before and end and r.opened:
         per_session = (end.rss - before.rss) / r.opened / _MiB
     if opened and end and r.steps:
         cpu = (end.cpu_s - opened.cpu_s) / r.steps * 1000
+    tree_before, tree_end = r.tree_before, r.tree_end
+    if r.tree_open and tree_end and r.steps:
+        proc_tree_cpu = tree_cpu = (tree_end.cpu_s - r.tree_open.cpu_s) / r.steps * 1000
+        source = "proc"
+        first, last = r.tree_open.cgroup_cpu_s, tree_end.cgroup_cpu_s
+        if first is not None and last is not None:
+            tree_cpu, source = (last - first) / r.steps * 1000, "cgroup"
+
+    def mib(tree: TreeFigures | None, pss: bool = False) -> float | None:
+        value = (tree.pss if pss else tree.rss) if tree else None
+        return value / _MiB if value is not None else None
+
+    def per(pss: bool) -> float | None:
+        first, last = mib(tree_before, pss), mib(tree_end, pss)
+        if first is None or last is None or not r.opened:
+            return None
+        return (last - first) / r.opened
+
     stepped = r.steps > 0 and r.step_wall_s > 0
     return Trial(
         server=server,
@@ -327,6 +368,22 @@ def _trial(
         rss_per_session_mib=per_session,
         server_threads_open=end.threads if end else None,
         server_cpu_ms_per_step=cpu,
+        tree_processes_open=tree_end.processes if tree_end else None,
+        tree_rss_before_mib=mib(tree_before),
+        tree_rss_open_mib=mib(tree_end),
+        tree_rss_peak_mib=r.tree_peak_rss / _MiB if r.tree_peak_rss else None,
+        tree_rss_per_session_mib=per(pss=False),
+        tree_peak_per_session_mib=(
+            (r.tree_peak_rss - tree_before.rss) / r.opened / _MiB
+            if tree_before and r.tree_peak_rss and r.opened
+            else None
+        ),
+        tree_pss_before_mib=mib(tree_before, pss=True),
+        tree_pss_open_mib=mib(tree_end, pss=True),
+        tree_pss_per_session_mib=per(pss=True),
+        tree_cpu_ms_per_step=tree_cpu,
+        tree_cpu_source=source,
+        tree_proc_cpu_ms_per_step=proc_tree_cpu,
         client_cpu_ms_per_step=r.client_cpu_s / r.steps * 1000 if r.steps else None,
         step_message_bytes=r.step_bytes / r.steps if r.steps else None,
         action_message_bytes=action_bytes if r.steps else None,
@@ -392,6 +449,17 @@ FIGURES = (
     ("cold_rss_per_session_mib", TrialKind.COLD, "rss_per_session_mib"),
     ("cold_rss_peak_mib", TrialKind.COLD, "rss_peak_mib"),
     ("server_cpu_ms_per_step", TrialKind.WARM, "server_cpu_ms_per_step"),
+    ("tree_processes_open", TrialKind.WARM, "tree_processes_open"),
+    ("tree_rss_before_mib", TrialKind.WARM, "tree_rss_before_mib"),
+    ("tree_rss_open_mib", TrialKind.WARM, "tree_rss_open_mib"),
+    ("tree_pss_open_mib", TrialKind.WARM, "tree_pss_open_mib"),
+    ("tree_rss_per_session_mib", TrialKind.WARM, "tree_rss_per_session_mib"),
+    ("tree_pss_per_session_mib", TrialKind.WARM, "tree_pss_per_session_mib"),
+    ("tree_peak_per_session_mib", TrialKind.WARM, "tree_peak_per_session_mib"),
+    ("cold_tree_rss_per_session_mib", TrialKind.COLD, "tree_rss_per_session_mib"),
+    ("cold_tree_rss_peak_mib", TrialKind.COLD, "tree_rss_peak_mib"),
+    ("tree_cpu_ms_per_step", TrialKind.WARM, "tree_cpu_ms_per_step"),
+    ("tree_proc_cpu_ms_per_step", TrialKind.WARM, "tree_proc_cpu_ms_per_step"),
     ("client_cpu_ms_per_step", TrialKind.WARM, "client_cpu_ms_per_step"),
     ("step_message_bytes", TrialKind.WARM, "step_message_bytes"),
 )
@@ -402,6 +470,26 @@ def _spread(values: Sequence[float]) -> dict[str, float] | None:
     if not values:
         return None
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def capacity(row: dict[str, Any]) -> dict[str, float]:
+    """What one core and one GiB hold, from a summary row's medians for the whole tree:
+    ``steps_per_s_per_core`` (1000 / tree CPU ms per step: steps one core sustains at
+    saturation), ``sessions_per_gib_rss`` (1024 / the tree's peak RSS per session, the
+    children of the commands in flight included; RSS counts a page that several processes
+    share in each, so this errs low) and ``sessions_per_gib_pss`` (by the PSS of the
+    sessions held open: shared pages split). A figure that was not measured, or not above
+    0, is left out; the tree's RSS before the sessions comes on top."""
+    found = {}
+    for key, figure, scale in (
+        ("steps_per_s_per_core", "tree_cpu_ms_per_step", 1000.0),
+        ("sessions_per_gib_rss", "tree_peak_per_session_mib", 1024.0),
+        ("sessions_per_gib_pss", "tree_pss_per_session_mib", 1024.0),
+    ):
+        spread = row.get(figure)
+        if spread and spread["median"] > 0:
+            found[key] = scale / spread["median"]
+    return found
 
 
 @dataclass
@@ -447,6 +535,7 @@ class ServeBench:
                 for key, kind, attr in FIGURES:
                     values = [getattr(t, attr) for t in mine if t.kind == kind]
                     row[key] = _spread([v for v in values if v is not None])
+                row["capacity"] = capacity(row)
                 by_server[server] = row
                 rows.append(row)
             ours, echo = by_server.get(Server.AGENTGYM), by_server.get(Server.ECHO)
@@ -477,10 +566,16 @@ COLUMNS = (
     "step P50 ms",
     "step P99 ms",
     "first reset P99 ms (cold)",
-    "MiB/session (warm)",
+    "server MiB/session (warm)",
     "server CPU ms/step",
+    "tree procs",
+    "tree MiB/session RSS / peak / PSS (warm)",
+    "tree CPU ms/step",
     "bytes/step",
 )
+
+
+TREE_MEMORY = ("rss", "peak", "pss")  # the tree's MiB per session in the table, in order
 
 
 def _fmt(spread: dict[str, float] | None, digits: int) -> str:
@@ -512,6 +607,9 @@ def table_rows(result: ServeBench) -> list[list[str]]:
                 _fmt(r["first_reset_p99_ms"], 0),
                 _fmt(r["rss_per_session_mib"], 3),
                 _fmt(r["server_cpu_ms_per_step"], 3),
+                _fmt(r["tree_processes_open"], 0),
+                " / ".join(_fmt(r[f"tree_{m}_per_session_mib"], 1) for m in TREE_MEMORY),
+                _fmt(r["tree_cpu_ms_per_step"], 3),
                 _fmt(r["step_message_bytes"], 0),
             ]
         )
@@ -535,6 +633,28 @@ def ratio_lines(result: ServeBench) -> list[str]:
     return lines
 
 
+def capacity_lines(result: ServeBench) -> list[str]:
+    """Per S and server, the capacity of the whole tree (:func:`capacity`)."""
+    lines = []
+    for r in result.summary():
+        cap, base = r["capacity"], r["tree_rss_before_mib"]
+        if not cap:
+            continue
+        said = []
+        if "steps_per_s_per_core" in cap:
+            said.append(f"{cap['steps_per_s_per_core']:,.1f} steps/s per core")
+        if "sessions_per_gib_rss" in cap:
+            pss = cap.get("sessions_per_gib_pss")
+            said.append(
+                f"{cap['sessions_per_gib_rss']:,.1f} sessions per GiB of peak tree RSS"
+                + (f" ({pss:,.1f} by the PSS of those held)" if pss else "")
+            )
+        if base:
+            said.append(f"over a tree of {base['median']:,.0f} MiB RSS before the sessions")
+        lines.append(f"S={r['sessions']} {r['server']}, whole tree: " + ", ".join(said))
+    return lines
+
+
 def markdown(result: ServeBench) -> str:
     """The summary table in Markdown, with the command and the machine."""
     m = result.machine
@@ -551,7 +671,8 @@ def markdown(result: ServeBench) -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     body = ["| " + " | ".join(row) + " |" for row in table_rows(result)]
-    return "\n".join([*head, *body, "", *(f"- {x}" for x in ratio_lines(result))]) + "\n"
+    lines = [*ratio_lines(result), *capacity_lines(result)]
+    return "\n".join([*head, *body, "", *(f"- {x}" for x in lines)]) + "\n"
 
 
 def print_serve_bench(result: ServeBench, console: Any) -> None:
@@ -567,7 +688,7 @@ def print_serve_bench(result: ServeBench, console: Any) -> None:
     for row in table_rows(result):
         table.add_row(*row)
     console.print(table)
-    for line in ratio_lines(result):
+    for line in [*ratio_lines(result), *capacity_lines(result)]:
         console.print(line, highlight=False)
     console.print(result.command, soft_wrap=True, highlight=False, markup=False)
 
@@ -639,10 +760,15 @@ def _trial_line(t: Trial) -> str:
             f", {t.steps:,} steps at {t.steps_per_s:,.0f}/s, P50 {ms(t.step_p50_ms)} "
             f"P99 {ms(t.step_p99_ms)}, {t.rss_per_session_mib or 0:.3f} MiB/session, "
             f"{t.server_cpu_ms_per_step or 0:.3f} CPU ms/step, "
-            f"{t.step_message_bytes or 0:,.0f} B/step"
+            f"{t.step_message_bytes or 0:,.0f} B/step; tree of {t.tree_processes_open} "
+            f"processes: {t.tree_rss_per_session_mib or 0:.1f} MiB/session (RSS; peak "
+            f"{t.tree_peak_per_session_mib or 0:.1f}), "
+            f"{t.tree_cpu_ms_per_step or 0:.3f} CPU ms/step"
         )
     else:
-        text += f", peak RSS {t.rss_peak_mib or 0:,.0f} MiB"
+        text += (
+            f", peak RSS {t.rss_peak_mib or 0:,.0f} MiB (tree: {t.tree_rss_peak_mib or 0:,.0f} MiB)"
+        )
     return text + f" (load {t.load_avg_1m:.2f})"
 
 

@@ -5,7 +5,9 @@ loads (:mod:`.openenv_bench` runs the trials and reports them).
 OpenEnv's ``EnvClient`` does (its opening handshake and message timeouts, its 100 MiB
 message limit, websockets' defaults otherwise): all at once, or a bounded number of
 handshakes at a time. It resets each, and once all have reset, steps them all; the
-server's RSS and CPU time are read from ``/proc`` at each phase. :class:`ServerProcess`
+server's RSS and CPU time are read from ``/proc`` at each phase, for the server process
+alone (:func:`proc_figures`) and for its whole process tree (:func:`tree_figures`: the
+Chromium a WebShop session drives, the sandbox a RepoFix command runs in). :class:`ServerProcess`
 runs either server in its own process.
 """
 
@@ -64,6 +66,155 @@ def proc_figures(pid: int) -> ProcFigures | None:
         cpu_s=(int(after_name[11]) + int(after_name[12])) / ticks,  # utime + stime
         threads=int(fields["Threads"]),
     )
+
+
+@dataclass(frozen=True)
+class TreeFigures:
+    """A process and every descendant it has, summed over ``/proc``: what a server whose
+    sessions run in child processes (Chromium, a sandbox per command) costs in all.
+
+    Attributes:
+        processes: the live processes in the tree, the root included.
+        rss: the sum of their resident bytes (``VmRSS``); pages that several of them map
+            (shared libraries, Chromium's shared memory) count once per process, so this
+            is an upper bound on the memory the tree takes.
+        pss: the sum of their proportional set sizes (``Pss`` of ``smaps_rollup``: each
+            shared page split among the processes that map it), the tree's fair share;
+            None where the kernel did not let this process read a member's.
+        cpu_s: CPU seconds (user and system) of every live member's threads, plus the
+            children each has waited for (``cutime``, ``cstime``): a command that ran in a
+            child and exited between two readings still counts, once its parent reaped it
+            (but not one reaped outside the tree: see :class:`CpuCgroup`).
+        cgroup_cpu_s: CPU seconds of the server's :class:`CpuCgroup`, every process it
+            ever started included (None: the server has none).
+    """
+
+    processes: int
+    rss: int
+    pss: int | None
+    cpu_s: float
+    cgroup_cpu_s: float | None = None
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` from field 3 (state) onwards (the name may hold spaces)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children, theirs, ...), from each process's parent
+    in ``/proc``; processes that end while it reads are left out."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int(_stat_fields(int(entry.name))[1])
+        except (OSError, IndexError, ValueError):
+            continue  # it ended meanwhile
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
+
+
+def _member(pid: int, pss: bool) -> tuple[int, int | None, float] | None:
+    """(RSS bytes, PSS bytes or None, CPU seconds with reaped children) of one process."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        after_name = _stat_fields(pid)
+    except OSError:
+        return None
+    rss = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS:")), "0")
+    proportional = None
+    if pss:
+        with contextlib.suppress(OSError):  # a member this process may not inspect
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            proportional = next(
+                (int(ln.split()[1]) * 1024 for ln in rollup.splitlines() if ln.startswith("Pss:")),
+                None,
+            )
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = sum(int(after_name[i]) for i in (11, 12, 13, 14)) / ticks  # u, s, cu, cs time
+    return int(rss) * 1024, proportional, cpu
+
+
+def tree_figures(
+    pid: int, *, pss: bool = True, cgroup: CpuCgroup | None = None
+) -> TreeFigures | None:
+    """:class:`TreeFigures` of ``pid`` and its descendants (None: ``pid`` is gone).
+    ``pss=False`` skips ``smaps_rollup``, whose reading costs time per mapping; ``cgroup``
+    is the server's :class:`CpuCgroup`, if it has one."""
+    root = _member(pid, pss)
+    if root is None:
+        return None
+    members = [root, *filter(None, (_member(child, pss) for child in descendants(pid)))]
+    shares = [m[1] for m in members]
+    return TreeFigures(
+        processes=len(members),
+        rss=sum(m[0] for m in members),
+        pss=None if not pss or None in shares else sum(s or 0 for s in shares),
+        cpu_s=sum(m[2] for m in members),
+        cgroup_cpu_s=cgroup.cpu_s() if cgroup is not None else None,
+    )
+
+
+class CpuCgroup:
+    """A cgroup v1 ``cpuacct`` group of its own for one server: the kernel's count of the
+    CPU time of every process in it, those that have ended included.
+
+    A child's CPU reaches its parent's ``cutime`` only if the parent waits for it, and a
+    sandbox in a pid namespace (bubblewrap's ``--unshare-pid``: RepoFix's commands) ends
+    with its init reaped by the host's init, not by the server: :class:`TreeFigures`' sum
+    misses it. Processes stay in their cgroup whoever reaps them, so this count does not.
+    Only where the ``cpuacct`` hierarchy is mounted and writable (root, cgroup v1).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, name: str) -> CpuCgroup | None:
+        """A new group beside this process's own (None: no writable ``cpuacct`` here)."""
+        try:
+            mine = next(
+                line.split(":", 2)[2]
+                for line in Path("/proc/self/cgroup").read_text().splitlines()
+                if "cpuacct" in line.split(":", 2)[1].split(",")
+            )
+            root = next(
+                Path(line.split()[1])
+                for line in Path("/proc/self/mounts").read_text().splitlines()
+                if line.split()[2] == "cgroup" and "cpuacct" in line.split()[3].split(",")
+            )
+            path = root / mine.lstrip("/") / name
+            path.mkdir()
+        except (OSError, StopIteration, IndexError):
+            return None
+        return cls(path)
+
+    def add(self, pid: int) -> None:
+        """Put ``pid`` in the group (the processes it starts from then on join it too)."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds of everything that has run in the group (None: it is gone)."""
+        try:
+            return int((self.path / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
+
+    def remove(self) -> None:
+        """Move what is left (processes the server's tree orphaned) to the parent group,
+        then delete the group."""
+        with contextlib.suppress(OSError):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):  # it ended meanwhile
+                    (self.path.parent / "cgroup.procs").write_text(pid)
+            self.path.rmdir()
 
 
 def percentile_ms(samples: Sequence[float], q: float) -> float | None:
@@ -130,9 +281,13 @@ class LoadRound:
     step_s: list[float] = field(default_factory=list)
     reset_bytes: int = 0
     step_bytes: int = 0
-    before: ProcFigures | None = None
+    before: ProcFigures | None = None  # the server process alone
     open: ProcFigures | None = None
     end: ProcFigures | None = None
+    tree_before: TreeFigures | None = None  # the server and its descendants
+    tree_open: TreeFigures | None = None
+    tree_end: TreeFigures | None = None
+    tree_peak_rss: int = 0  # the most tree RSS seen, read every TREE_SAMPLE_S
     step_wall_s: float = 0.0
     client_cpu_s: float = 0.0
     open_wall_s: float = 0.0  # from the first connect to the last reset
@@ -263,9 +418,28 @@ async def _monitor(r: LoadRound, plan: LoadPlan, label: str, log: ProgressLog) -
         )
 
 
-async def play(plan: LoadPlan, pid: int, label: str, log: ProgressLog) -> LoadRound:
-    """Open ``plan.sessions`` sessions at once; reset each; then step them all."""
+TREE_SAMPLE_S = 0.25
+"""How often :func:`play` reads the server's tree RSS for its peak (no PSS: it is dear)."""
+
+
+async def _sample_tree(r: LoadRound, pid: int) -> None:
+    while True:
+        tree = tree_figures(pid, pss=False)
+        if tree is not None:
+            r.tree_peak_rss = max(r.tree_peak_rss, tree.rss)
+        await asyncio.sleep(TREE_SAMPLE_S)
+
+
+async def play(
+    plan: LoadPlan, pid: int, label: str, log: ProgressLog, cgroup: CpuCgroup | None = None
+) -> LoadRound:
+    """Open ``plan.sessions`` sessions at once; reset each; then step them all. The
+    server's figures are read before, once all have reset, and after the steps, for the
+    server process (``before``...) and its whole tree (``tree_before``...; its CPU also
+    from ``cgroup``, the server's :class:`CpuCgroup`, if it has one)."""
     r = LoadRound(plan.sessions, before=proc_figures(pid))
+    r.tree_before = tree_figures(pid, cgroup=cgroup)
+    sampler = asyncio.create_task(_sample_tree(r, pid))
     gates = _Gates(_Countdown(plan.sessions), _Countdown(plan.sessions))
     if 0 < plan.connecting < plan.sessions:
         gates.connecting = asyncio.Semaphore(plan.connecting)
@@ -275,16 +449,19 @@ async def play(plan: LoadPlan, pid: int, label: str, log: ProgressLog) -> LoadRo
     await gates.ready.event.wait()
     r.open_wall_s = time.perf_counter() - start
     r.open_client_cpu_s = time.process_time() - cpu
-    r.open = proc_figures(pid)
+    r.open, r.tree_open = proc_figures(pid), tree_figures(pid, cgroup=cgroup)
     cpu, start = time.process_time(), time.perf_counter()
     gates.go.set()
     await gates.stepped.event.wait()
     r.step_wall_s = time.perf_counter() - start
     r.client_cpu_s = time.process_time() - cpu
-    r.end = proc_figures(pid)
+    r.end, r.tree_end = proc_figures(pid), tree_figures(pid, cgroup=cgroup)
     gates.finish.set()
     await asyncio.gather(*sessions)
     monitor.cancel()
+    sampler.cancel()
+    for tree in (r.tree_before, r.tree_open, r.tree_end):
+        r.tree_peak_rss = max(r.tree_peak_rss, tree.rss if tree else 0)
     return r
 
 
@@ -350,7 +527,8 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """One server in its own process, from start to ``/health`` to stop."""
+    """One server in its own process, from start to ``/health`` to stop; in a
+    :class:`CpuCgroup` of its own where this host lets us make one (``cgroup``)."""
 
     def __init__(
         self, name: str, argv: list[str], port: int, folder: Path, pythonpath: str = ""
@@ -368,6 +546,14 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=folder
             )
+        # before its imports are done, long before it starts a child: they all join it
+        self.cgroup = CpuCgroup.create(f"agentgym-serve-bench-{os.getpid()}-{self.proc.pid}")
+        if self.cgroup is not None:
+            try:
+                self.cgroup.add(self.proc.pid)
+            except OSError:
+                self.cgroup.remove()
+                self.cgroup = None
         self.start_s = time.perf_counter() - start
 
     def wait_healthy(self, timeout_s: float) -> None:
@@ -403,6 +589,8 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         return died
 
 
