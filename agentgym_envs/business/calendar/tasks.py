@@ -193,7 +193,7 @@ def generate(
     try:
         for _ in range(8):
             forgot, steps = draw_plan(rng, difficulty, split)
-            db.load(world_bytes(*args), pristine(*args))  # a fresh copy for each attempt
+            db.load(world_bytes(*args), pristine(*args))  # the pristine world for each attempt
             users = db.all("SELECT * FROM users ORDER BY id")
             ctx = CalendarTaskDraft(db, rng, users[int(rng.integers(len(users)))])
             _authenticate(ctx, forgot)
