@@ -496,6 +496,8 @@ def create_openenv_app(
     )
     app = FastAPI(title=f"{entry.id} over OpenEnv", description=entry.description)
     server.register_routes(app)
+    # as openenv-core starts its own tasks: while the first clients connect, not at reset
+    app.router.on_startup.append(server.start_warming)
     app.add_middleware(_QuietDisconnect)
     app.add_middleware(CallerMiddleware)
     app.state.agentgym_server = server

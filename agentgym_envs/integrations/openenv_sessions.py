@@ -33,9 +33,10 @@ message that says so, naming ``--max-sessions``.
 **Where a session's env runs.** The server answers ``/ws`` itself (openenv-core's protocol,
 message for message; see :mod:`.openenv_wire` for what a step message carries). With
 ``inline`` (cheap envs: pure Python steps of microseconds), every session's env runs on the
-server's event loop: no thread per session, and the first reset waits for one warm-up of
-the env's shared read-only state (task sets, catalogs, world templates) built in a worker
-thread, so that concurrent first resets never each build it. Otherwise (heavy envs: a
+server's event loop: no thread per session; the env's shared read-only state (task sets,
+catalogs, world templates) is built once in a worker thread, started as the server starts,
+and the first sessions wait for it off the loop, so that concurrent first sessions never
+each build it nor stall each other's handshakes. Otherwise (heavy envs: a
 browser, a sandbox) each session gets a thread of its own, as openenv-core gives it, and
 ``max_sessions`` bounds them. Either way each session has its own env instance.
 """
@@ -212,8 +213,9 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
         limits: the session limits.
         inline: run every session's env on the event loop (cheap envs) instead of in a
             thread per session.
-        warm: builds the env's shared read-only state once (inline servers call it in a
-            worker thread before the first reset); None: nothing to build.
+        warm: builds the env's shared read-only state once (inline servers run it in a
+            worker thread from :meth:`start_warming`, and make no env before it is done);
+            None: nothing to build.
         slots: the session count shared with the other worker processes of one server
             (``--workers``), on top of this process's own limits.
     """
@@ -261,6 +263,7 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
             )
         self._asking.append(caller)
         try:
+            await self._warmed()  # the first env made on the loop would build it there
             session_id, env = await super()._create_session()
         except BaseException:
             if self.slots is not None:
@@ -447,12 +450,18 @@ class AgentGymEnvServer(HTTPEnvServer):  # type: ignore[misc]  # openenv-core is
             return _error(str(exc), WSErrorCode.EXECUTION_ERROR)
         return answer
 
+    def start_warming(self) -> None:
+        """Start building the env's shared state in a worker thread (as the server
+        starts: the first sessions then find it built, or wait for it off the loop)."""
+        if self._warm is not None and self._warming is None:
+            self._warming = asyncio.ensure_future(asyncio.to_thread(self._warm))
+
     async def _warmed(self) -> None:
         """Wait until the env's shared state is built (once, in a worker thread)."""
         if self._warm is None:
             return
-        if self._warming is None:
-            self._warming = asyncio.ensure_future(asyncio.to_thread(self._warm))
+        self.start_warming()
+        assert self._warming is not None
         try:
             await asyncio.shield(self._warming)
         except Exception:  # a session's own reset then says what is wrong

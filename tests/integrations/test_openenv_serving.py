@@ -279,6 +279,31 @@ def test_a_fresh_server_builds_the_shared_state_once_for_concurrent_first_resets
     assert task_misses == task_sets >= 1  # each task set loaded once
 
 
+_BACKGROUND = textwrap.dedent(
+    """
+    import time
+    from agentgym_envs.business.db import world_bytes
+    from agentgym_envs.integrations.openenv import serve
+
+    with serve("agentgym/Retail-v1", port=0) as server:  # no client ever connects
+        for _ in range(1200):
+            if world_bytes.cache_info().currsize:
+                break
+            time.sleep(0.1)
+        print(world_bytes.cache_info().currsize)
+    """
+)
+
+
+def test_a_fresh_server_builds_the_shared_state_before_any_session() -> None:
+    """Built as the server starts, in a worker thread: the first sessions' handshakes are
+    never stalled by a build on the event loop."""
+    out = subprocess.run(
+        [sys.executable, "-c", _BACKGROUND], capture_output=True, text=True, timeout=600, check=True
+    ).stdout
+    assert int(out.splitlines()[-1]) >= 1
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
