@@ -1,23 +1,31 @@
-"""The CPU learning proof: a weak SFT warm start, then RL, on held-out tasks.
+"""The CPU learning proof: a weak SFT warm start, then RL, on held-out tasks, over seeds.
 
 ``python -m agentgym_trainers.learn`` (``make learn``) runs each committed recipe (the files
 ``agentgym_trainers/configs/*.toml``, read by :mod:`agentgym_trainers.recipes`; a copy is run
-by its path) for GRPO, RLOO and PPO from the same small model and the same SFT warm start,
-and writes ``docs/results/cpu/<recipe>/``:
+by its path) for its primary algorithm (``--algos`` picks others: GRPO, RLOO, PPO) once per
+seed (``--seeds``, default 3), ``--jobs`` runs at a time (default: one per core, each a
+process at one torch thread), printing progress lines as it goes (also in
+``<work>/progress.log``), and writes ``docs/results/cpu/<recipe>/``:
 
-* ``summary.json``: for each algorithm and phase (``before_sft``, ``after_sft``,
-  ``after_rl``) the held-out success, its 95% Wilson interval, ``n``, the split and the
-  wall time; the gain of RL over the SFT start and whether the two intervals overlap;
-  the recipe and the exact commands that produced it;
-* ``metrics.jsonl``: every logged row of every run, with its ``algo``;
-* ``curves.png``: training success and return of the three algorithms on one plot,
-  and the held-out success of each phase with its interval.
+* ``summary.json``: for each algorithm every seed's held-out success before SFT, after SFT
+  and after RL (with its 95% task-bootstrap interval, ``n``, the split and the wall time)
+  and RL gain; their distribution (:mod:`agentgym_trainers.learn_stats`): the mean gain,
+  its spread (std, min, max), 95% intervals that resample seeds and, within each, tasks,
+  paired for the gain; and the verdict against the recipe's ``bar`` (mean gain at least
+  the bar, every seed gaining, the after-SFT and after-RL intervals apart); the recipe
+  and the exact commands that produced it;
+* ``metrics.jsonl``: every logged row of every run, with its ``algo`` and ``seed``;
+* ``curves.png``: training success and return of every run, and the held-out success of
+  each phase over seeds with its interval;
+* ``README.md``: the verdict, the platform and the distribution first, then every seed.
 
-Every run is deterministic on one CPU platform: fixed model initialisation, task
-sampling, env and sampling seeds, one torch thread. Each result records its platform
-(:mod:`agentgym_trainers.provenance`): on another CPU or package version the kernels
-round differently, the runs part after a few hundred steps, and only the statistical
-claims (the gain and its intervals) are expected to hold.
+A seed moves the model's initialisation, the SFT data order and the task, env and
+sampling seeds; seed 0 is the recipe as written. Every run is deterministic on one CPU
+platform (one torch thread). Each result records its platform
+(:mod:`agentgym_trainers.provenance`): on another CPU or package version the kernels round
+differently, the runs part after a few hundred steps, and only the distribution (the mean
+gain within its spread, and the verdict) is expected to hold. The exit status is 0 when
+every recipe's verdict passes.
 
 ``--rollout async --max-lag K`` trains the same recipe with asynchronous rollouts
 (:mod:`agentgym_trainers.async_rollout`); its results are stored next to the synchronous
@@ -36,37 +44,45 @@ import dataclasses
 import fcntl
 import json
 import logging
+import os
 import shlex
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.eval.metrics import wilson_interval
+from agentgym_trainers.learn_stats import PHASES as PHASES
+from agentgym_trainers.learn_stats import algo_result as algo_result
+from agentgym_trainers.learn_stats import combine
+
+# re-exported: compare.py and the tests take them from here
+from agentgym_trainers.learn_stats import paired_difference as paired_difference
+from agentgym_trainers.learn_stats import task_interval as task_interval
 from agentgym_trainers.recipes import RECIPES, Recipe, find_recipe
-from agentgym_trainers.run import train
+from agentgym_trainers.run import ProgressEvent, train
 from agentgym_trainers.runlog import read_metrics
 
 log = logging.getLogger(__name__)
 
-PHASES = {"before_sft": "eval_initial", "after_sft": "eval_before", "after_rl": "eval_after"}
 RESULTS = Path("docs/results/cpu")
 
 
-def build_model(recipe: Recipe, folder: Path) -> Path:
+def build_model(recipe: Recipe, folder: Path, init_seed: int | None = None) -> Path:
     """Write the recipe's randomly initialised model (and tokenizer) to ``folder``, once
-    (concurrent calls wait for the first)."""
+    (concurrent calls wait for the first). ``init_seed`` (default: the recipe's model
+    seed) seeds the weights; the vocabulary is always fitted with the recipe's."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     with _locked(folder.parent / ".model.lock"):
         if not (folder / "config.json").is_file():
-            _write_model(recipe, folder)
+            _write_model(recipe, folder, recipe.model.seed if init_seed is None else init_seed)
     return folder
 
 
-def _write_model(recipe: Recipe, folder: Path) -> None:
+def _write_model(recipe: Recipe, folder: Path, init_seed: int) -> None:
     from agentgym_envs.llm.models import load_tokenizer, tiny_llama
     from agentgym_trainers.vocab import fit_tokenizer
 
@@ -83,7 +99,7 @@ def _write_model(recipe: Recipe, folder: Path) -> None:
         tokenizer = load_tokenizer("tiny")
     model = tiny_llama(
         tokenizer,
-        seed=shape.seed,
+        seed=init_seed,
         hidden_size=shape.hidden_size,
         num_layers=shape.num_layers,
         num_heads=shape.num_heads,
@@ -95,90 +111,6 @@ def _write_model(recipe: Recipe, folder: Path) -> None:
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     tmp.rename(folder)
-
-
-def task_interval(
-    per_task: dict[str, list[int]], resamples: int = 10_000, seed: int = 0
-) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the success rate, resampling *tasks*.
-
-    Episodes of one task are not independent (the held-out split may have fewer tasks
-    than episodes, and a greedy policy repeats itself exactly), so the unit of
-    resampling is the task: each resample draws tasks with replacement and averages
-    their episodes. Deterministic (fixed seed).
-    """
-    import numpy as np
-
-    if not per_task:
-        return (0.0, 1.0)
-    wins = np.array([sum(v) for v in per_task.values()], dtype=float)
-    counts = np.array([len(v) for v in per_task.values()], dtype=float)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(wins), size=(resamples, len(wins)))
-    rates = wins[picks].sum(axis=1) / counts[picks].sum(axis=1)
-    low, high = np.quantile(rates, [0.025, 0.975])
-    return float(low), float(high)
-
-
-def phase_result(evaluation: dict[str, Any]) -> dict[str, Any]:
-    """One phase's held-out result: success, its 95% interval over tasks (a bootstrap
-    when per-task outcomes are known, else Wilson over episodes), episodes and tasks."""
-    n = int(evaluation["valid_episodes"])
-    wins = round(float(evaluation["success"]) * n)
-    per_task = evaluation.get("per_task")
-    if per_task:
-        low, high = task_interval(per_task)
-        method = "task bootstrap"
-    else:
-        low, high = wilson_interval(wins, n)
-        method = "wilson over episodes"
-    wilson = wilson_interval(wins, n)
-    return {
-        "success": wins / n if n else 0.0,
-        "ci95": [round(low, 4), round(high, 4)],
-        "ci_method": method,
-        # the Wilson interval over episodes, as if they were independent: narrower than
-        # the task bootstrap when tasks repeat (reported because it is the usual one)
-        "wilson95": [round(wilson[0], 4), round(wilson[1], 4)],
-        "n": n,
-        "tasks": int(evaluation.get("tasks", 0)),
-        "episodes": int(evaluation.get("episodes", n)),
-        "split": evaluation["split"],
-        "temperature": evaluation.get("temperature"),
-        "wall_s": round(float(evaluation.get("wall_s", 0.0)), 1),
-        "per_task": per_task or {},
-    }
-
-
-def algo_result(summary: dict[str, Any], wall_s: float) -> dict[str, Any]:
-    """Phases, the RL gain over the SFT start and whether the intervals separate."""
-    phases = {name: phase_result(summary[key]) for name, key in PHASES.items()}
-    for name, key in PHASES.items():  # the greedy twin of a sampled evaluation
-        if f"{key}_greedy" in summary:
-            phases[name]["greedy"] = phase_result(summary[f"{key}_greedy"])
-    start, end = phases["after_sft"], phases["after_rl"]
-    greedy: dict[str, Any] = {}
-    if "greedy" in start and "greedy" in end:
-        g0, g1 = start["greedy"], end["greedy"]
-        greedy = {
-            "rl_gain_greedy": round(g1["success"] - g0["success"], 4),
-            "intervals_separate_greedy": g1["ci95"][0] > g0["ci95"][1],
-        }
-    rl_seconds = float(summary.get("rl_seconds", 0.0))
-    return {
-        **phases,
-        "rl_gain": round(end["success"] - start["success"], 4),
-        "intervals_separate": end["ci95"][0] > start["ci95"][1],
-        "wilson_separate": end["wilson95"][0] > start["wilson95"][1],
-        **greedy,
-        "sft_seconds": round(float(summary.get("sft_seconds", 0.0)), 1),
-        "rl_seconds": round(rl_seconds, 1),
-        "rl_steps": int(summary.get("steps", 0)),
-        "steps_per_hour": round(int(summary.get("steps", 0)) * 3600 / max(rl_seconds, 1e-9), 1),
-        "wall_s": round(wall_s, 1),
-        # where it ran (agentgym_trainers/provenance.py): a replay elsewhere may differ
-        **({"platform": summary["platform"]} if "platform" in summary else {}),
-    }
 
 
 def result_key(algo: str, rollout: str = "sync", max_lag: int = 1) -> str:
@@ -194,27 +126,101 @@ def base_algo(key: str) -> str:
     return key.split("-", 1)[0]
 
 
-def paired_difference(
-    before: dict[str, list[int]],
-    after: dict[str, list[int]],
-    resamples: int = 10_000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """Success of ``after`` minus ``before`` on the tasks both evaluated, with a 95%
-    percentile-bootstrap interval that resamples tasks (both runs use the same held-out
-    tasks and env seeds, so the difference is paired by task). Deterministic."""
-    import numpy as np
+@dataclass(frozen=True)
+class RunJob:
+    """One training run of a recipe: an algorithm at one seed (plain data: it is sent to
+    a worker process)."""
 
-    tasks = sorted(set(before) & set(after))
-    if not tasks:
-        return 0.0, -1.0, 1.0
-    a = np.array([[sum(before[t]), len(before[t])] for t in tasks], dtype=float)
-    b = np.array([[sum(after[t]), len(after[t])] for t in tasks], dtype=float)
-    picks = np.random.default_rng(seed).integers(0, len(tasks), size=(resamples, len(tasks)))
-    diffs = b[picks, 0].sum(1) / b[picks, 1].sum(1) - a[picks, 0].sum(1) / a[picks, 1].sum(1)
-    low, high = np.quantile(diffs, [0.025, 0.975])
-    point = b[:, 0].sum() / b[:, 1].sum() - a[:, 0].sum() / a[:, 1].sum()
-    return float(point), float(low), float(high)
+    recipe: Recipe
+    algo: str
+    key: str
+    """The result key (:func:`result_key`)."""
+    seed: int
+    run_dir: Path
+    model_dir: Path
+    settings: dict[str, Any]
+    """TrainConfig fields on top of the recipe's: overrides, rollout mode, the seeds."""
+    log_path: Path | None = None
+    command: str = ""
+    """The learn command, kept in the run folder (``command.txt``) for ``--from-runs``."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.recipe.name} {self.key} seed {self.seed}"
+
+
+def seed_settings(recipe: Recipe, seed: int) -> dict[str, Any]:
+    """The TrainConfig seeds of run ``seed`` of ``recipe``: task sampling, env seeds, SFT
+    data order (``seed``) and token sampling (``sampling_seed``) move with it; seed 0 is
+    the recipe's own settings. (The model's initialisation moves too: :func:`run_job`.)"""
+    return {
+        "seed": int(recipe.train.get("seed", 0)) + seed,
+        "sampling_seed": int(recipe.train.get("sampling_seed", 0)) + seed,
+    }
+
+
+def run_job(job: RunJob) -> tuple[str, int, dict[str, Any], float]:
+    """Train one run (in this process, at one torch thread): ``(key, seed, summary, wall
+    seconds)``; progress goes to stderr and ``job.log_path``."""
+    import torch
+
+    torch.set_num_threads(1)
+    model = build_model(job.recipe, job.model_dir, init_seed=job.recipe.model.seed + job.seed)
+    shutil.rmtree(job.run_dir, ignore_errors=True)  # a rerun must not append to old rows
+    progress = Progress(job.label, job.log_path)
+    progress.say("started")
+    start = time.perf_counter()
+    config = job.recipe.config(job.algo, str(model), job.run_dir, **job.settings)
+    summary = train(config, on_event=progress)
+    (job.run_dir / "command.txt").write_text(job.command + "\n")
+    return job.key, job.seed, summary, time.perf_counter() - start
+
+
+class Progress:
+    """Progress lines of one run (``HH:MM:SS [recipe algo seed N] phase done/total ...
+    elapsed``): each phase's start and end, and at most one line per ``every`` seconds
+    in between, on stderr and appended to ``log_path``."""
+
+    def __init__(self, label: str, log_path: Path | None = None, every: float = 30.0) -> None:
+        self.label, self.log_path, self.every = label, log_path, every
+        self.start = self.last = time.perf_counter()
+        self.phase = ""
+        self.wins = self.done = self.total = 0
+
+    def __call__(self, event: ProgressEvent) -> None:
+        now = time.perf_counter()
+        if event.phase != self.phase:
+            if self.phase == "sft" and self.done < self.total:  # the loss stop ended it
+                self.say(f"sft stopped by its loss stop at step {self.done}/{self.total}")
+            self.phase, self.wins = event.phase, 0
+            self.last = 0.0  # a new phase's first event is always shown
+        self.done, self.total = event.done, event.total
+        self.wins += int(event.values.get("success", 0)) if event.phase.startswith("eval") else 0
+        if now - self.last < self.every and event.done < event.total:
+            return
+        self.last = now
+        if event.phase.startswith("eval"):
+            detail = f"{event.done}/{event.total} episodes, success {self.wins / event.done:.3f}"
+        else:
+            shown = {k: v for k, v in event.values.items() if k in ("sft_loss", "success")}
+            detail = f"step {event.done}/{event.total} " + " ".join(
+                f"{k} {v:.3f}" for k, v in shown.items()
+            )
+        self.say(f"{event.phase} {detail}")
+
+    def say(self, text: str) -> None:
+        elapsed = _clock(time.perf_counter() - self.start)
+        line = f"{time.strftime('%H:%M:%S')} [{self.label}] {text} (elapsed {elapsed})"
+        print(line, file=sys.stderr, flush=True)
+        if self.log_path is not None:
+            with self.log_path.open("a") as f:
+                f.write(line + "\n")
+
+
+def _clock(seconds: float) -> str:
+    """``12m05s``, or ``1h02m05s`` past an hour."""
+    hours, rest = divmod(int(seconds), 3600)
+    return (f"{hours}h" if hours else "") + f"{rest // 60:d}m{rest % 60:02d}s"
 
 
 def run_recipe(
@@ -226,21 +232,74 @@ def run_recipe(
     from_runs: bool = False,
     rollout: str = "sync",
     max_lag: int = 1,
+    seeds: Sequence[int] = (0,),
+    jobs: int = 1,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """Run ``recipe`` for each algorithm and write summary, metrics and curves to ``out``.
+    """Run ``recipe`` for each algorithm and seed; write summary, metrics and curves to
+    ``out`` (:func:`learn_recipes` with one recipe)."""
+    plan = [(recipe, out, work)]
+    return learn_recipes(
+        plan, algos, command, from_runs, rollout, max_lag, seeds, jobs, **overrides
+    )[0]
 
-    With ``from_runs`` nothing is trained: the results are rebuilt from the finished run
-    folders in ``work`` (their ``summary.json`` and ``metrics.jsonl``); the wall time is
-    then the run's own ``train_seconds`` (evaluations, SFT and RL; not model loading).
-    With ``rollout="async"`` each algorithm trains with asynchronous rollouts and
-    ``max_lag``; its results go under :func:`result_key` (``grpo-async``), next to the
-    synchronous ones of the same recipe and config.
+
+def plan_jobs(
+    recipe: Recipe,
+    work: Path,
+    algos: Sequence[str] | None,
+    seeds: Sequence[int],
+    settings: dict[str, Any],
+    log_path: Path | None = None,
+    command: str = "",
+) -> list[RunJob]:
+    """The runs of ``recipe``: each algorithm (``"primary"``: the recipe's; None: all of
+    them) at each seed, in ``work/<key>/seed<N>``, from ``work/model-seed<N>``.
+
+    Raises:
+        ConfigError: an algorithm the recipe does not have.
     """
-    chosen = tuple(algos or recipe.algos)
+    chosen = tuple(
+        dict.fromkeys(recipe.primary if a == "primary" else a for a in algos or recipe.algos)
+    )
     unknown = [a for a in chosen if a not in recipe.algos]
     if unknown:
         raise ConfigError(f"recipe {recipe.name!r} has no algorithm {unknown}; use {recipe.algos}")
+    jobs = []
+    for algo in chosen:
+        key = result_key(algo, settings.get("rollout", "sync"), settings.get("max_lag", 1))
+        for seed in seeds:
+            run_dir = work / key / f"seed{seed}"
+            mine = {**settings, **seed_settings(recipe, seed)}
+            model = work / f"model-seed{seed}"
+            jobs.append(RunJob(recipe, algo, key, seed, run_dir, model, mine, log_path, command))
+    return jobs
+
+
+def learn_recipes(
+    plan: Sequence[tuple[Recipe, Path, Path]],
+    algos: Sequence[str] | None = None,
+    command: str = "",
+    from_runs: bool = False,
+    rollout: str = "sync",
+    max_lag: int = 1,
+    seeds: Sequence[int] = (0,),
+    jobs: int = 1,
+    log_path: Path | None = None,
+    **overrides: Any,
+) -> list[dict[str, Any]]:
+    """Run each ``(recipe, out, work)`` of ``plan`` for each algorithm and seed, ``jobs``
+    runs at a time (worker processes when ``jobs`` > 1), and write each recipe's results
+    to its ``out`` as soon as its runs end.
+
+    Each seed trains from its own model initialisation with its own data order, env and
+    sampling seeds (:func:`seed_settings`); the results hold every seed's and their
+    distribution (:func:`combine`). With ``from_runs`` nothing is trained: the results
+    are rebuilt from the finished run folders in each ``work`` (their ``summary.json`` and
+    ``metrics.jsonl``); the wall time is then the run's own ``train_seconds``. With
+    ``rollout="async"`` each algorithm trains with asynchronous rollouts and ``max_lag``;
+    its results go under :func:`result_key` (``grpo-async``).
+    """
     if rollout not in ("sync", "async"):
         raise ConfigError(f"rollout must be 'sync' or 'async', got {rollout!r}")
     if "rollout" in overrides or (rollout == "async" and "max_lag" in overrides):
@@ -248,30 +307,102 @@ def run_recipe(
             "set the rollout mode with --rollout/--max-lag, not --set: the results' name "
             "(grpo or grpo-async) follows from them"
         )
+    if {"seed", "sampling_seed"} & set(overrides):
+        raise ConfigError("set the seeds with --seeds, not --set seed=/sampling_seed=")
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ConfigError(f"seeds must be distinct numbers >= 0, got {list(seeds)}")
     mode = {} if rollout == "sync" else {"rollout": "async", "max_lag": max_lag}
+    pending = {
+        recipe.name: plan_jobs(recipe, work, algos, seeds, {**overrides, **mode}, log_path, command)
+        for recipe, _, work in plan
+    }
+    finished: dict[str, list[tuple[str, int, dict[str, Any], float]]] = {n: [] for n in pending}
+    reports: dict[str, dict[str, Any]] = {}
+    total = sum(len(v) for v in pending.values())
+    clock = Progress("learn", log_path, every=0.0)
+
+    def done(job: RunJob, result: tuple[str, int, dict[str, Any], float]) -> None:
+        finished[job.recipe.name].append(result)
+        summary = result[2]
+        clock.say(
+            f"{sum(len(v) for v in finished.values())}/{total} runs done: {job.label} "
+            f"after SFT {summary['eval_before']['success']:.3f}, after RL "
+            f"{summary['eval_after']['success']:.3f} in {_clock(result[3])}"
+        )
+        if len(finished[job.recipe.name]) == len(pending[job.recipe.name]):
+            recipe, out, work = next(p for p in plan if p[0].name == job.recipe.name)
+            reports[recipe.name] = write_results(
+                recipe, out, work, finished[recipe.name], command, from_runs, mode, overrides
+            )
+            clock.say(_verdict_lines(reports[recipe.name])[0].replace("**", ""))
+
+    queue = [job for jobs_ in pending.values() for job in jobs_]
+    if from_runs:
+        for job in queue:
+            summary = json.loads((job.run_dir / "summary.json").read_text())
+            done(job, (job.key, job.seed, summary, float(summary["train_seconds"])))
+    else:
+        run_jobs(queue, jobs, done)
+    return [reports[recipe.name] for recipe, _, _ in plan]
+
+
+def run_jobs(
+    queue: Sequence[RunJob],
+    jobs: int,
+    done: Callable[[RunJob, tuple[str, int, dict[str, Any], float]], None],
+) -> None:
+    """Run ``queue`` in order, ``jobs`` at a time (in this process when ``jobs`` is 1,
+    else in worker processes), calling ``done`` with each run's result as it ends."""
+    if jobs <= 1:
+        for job in queue:
+            done(job, run_job(job))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: a fresh interpreter per worker (torch's threads do not survive a fork)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(run_job, job): job for job in queue}
+        for future in as_completed(futures):
+            done(futures[future], future.result())
+
+
+def write_results(
+    recipe: Recipe,
+    out: Path,
+    work: Path,
+    finished: Sequence[tuple[str, int, dict[str, Any], float]],
+    command: str,
+    from_runs: bool,
+    mode: dict[str, Any],
+    overrides: dict[str, Any],
+) -> dict[str, Any]:
+    """Write ``recipe``'s results (summary, metrics, curves, README) from its finished runs
+    ``(key, seed, run summary, wall seconds)``, merged with the other algorithms already
+    in ``out`` for the same recipe and config."""
     config = {**dataclasses.asdict(recipe), "overrides": overrides}
-    model = str(build_model(recipe, work / "model0"))
-    results: dict[str, Any] = {}
+    by_key: dict[str, dict[str, dict[str, Any]]] = {}
     rows: list[dict[str, Any]] = []
-    for algo in chosen:
-        key = result_key(algo, rollout, max_lag)
-        run_dir = work / key
-        if from_runs:
-            summary = json.loads((run_dir / "summary.json").read_text())
-            results[key] = algo_result(summary, float(summary["train_seconds"]))
-        else:
-            shutil.rmtree(run_dir, ignore_errors=True)  # a rerun must not append to old rows
-            start = time.perf_counter()
-            summary = train(recipe.config(algo, model, run_dir, **overrides, **mode))
-            results[key] = algo_result(summary, time.perf_counter() - start)
+    for key, seed, summary, wall in sorted(finished, key=lambda f: (f[0], f[1])):
+        by_key.setdefault(key, {})[str(seed)] = algo_result(summary, wall)
+        run_dir = work / key / f"seed{seed}"
+        rows += [
+            {"algo": key, "seed": seed, **row} for row in read_metrics(run_dir / "metrics.jsonl")
+        ]
+    results: dict[str, Any] = {}
+    for key, per_seed in by_key.items():
+        results[key] = combine(per_seed, recipe.bar)
         if mode:
             results[key]["rollout"] = mode
         results[key]["command"] = command
-        rows += [{"algo": key, **row} for row in read_metrics(run_dir / "metrics.jsonl")]
-        log.info("%s %s: %s", recipe.name, key, json.dumps(results[key]))
+        kept = work / key / f"seed{next(iter(per_seed))}" / "command.txt"
+        if from_runs and kept.is_file():  # the command that trained the runs
+            results[key]["command"] = kept.read_text().strip()
     # algorithms run by other calls of the same recipe and config are kept (read when
     # this call ends), so the three can run in separate or concurrent calls
     out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     with _locked(work / ".results.lock"):  # concurrent calls merge in turn
         results, rows, commands = _merge(out, config, results, rows)
         order = {a: i for i, a in enumerate(recipe.algos)}
@@ -286,6 +417,9 @@ def run_recipe(
             "commands": _commands(results, commands),
             "rebuilt_from_runs": from_runs,
             "primary": primary,
+            "bar": recipe.bar,
+            "verdict": results[primary]["verdict"],
+            "distribution": results[primary]["distribution"],
             **{k: results[primary][k] for k in PHASES},
             "algos": results,
             "config": config,
@@ -300,49 +434,114 @@ def run_recipe(
 
 
 def markdown(report: dict[str, Any], why: str = "") -> str:
-    """``README.md`` of a results folder, generated from its summary (never typed)."""
+    """``README.md`` of a results folder, generated from its summary (never typed): the
+    verdict and the distribution over seeds first, then every seed's run."""
 
     def cell(phase: dict[str, Any]) -> str:
         low, high = phase["ci95"]
         return f"{phase['success']:.3f} [{low:.3f}, {high:.3f}]"
 
     temperature = report["config"]["train"].get("eval_temperature", 0.0)
+    primary = report["algos"][report.get("primary") or next(iter(report["algos"]))]
+    n_seeds = len(primary.get("seeds", {})) or 1
     lines = [
-        f"# {report['recipe']}: SFT warm start, then RL, on CPU",
+        f"# {report['recipe']}: SFT warm start, then RL, on CPU, over {n_seeds} seeds",
         "",
         "Generated by `agentgym_trainers.learn` from `summary.json`; produced by:",
         "",
         *[f"    {c}" for c in report.get("commands", [])],
         "",
-        f"Held-out success on `{report['after_rl']['split']}` "
-        f"({report['after_rl']['n']} episodes over {report['after_rl'].get('tasks', '?')} "
-        f"tasks per phase), sampled at temperature {temperature}, with a 95% interval "
-        f"({report['after_rl'].get('ci_method', 'wilson')}); greedy decoding of the same "
-        "policies in the last columns. 'apart' says whether the after-RL interval lies "
-        "above the after-SFT one, for the task bootstrap (the interval shown; episodes of "
-        "one task are not independent) and for the Wilson interval over episodes.",
+        *_verdict_lines(report),
         "",
-        "| algo | before SFT | after SFT | after RL | RL gain | apart (task / Wilson) "
-        "| greedy after SFT | greedy after RL | greedy gain | wall s |",
+        "Platform: " + _platform_text(primary.get("platform")),
+        "",
+        "## Distribution over seeds",
+        "",
+        f"Held-out sampled success (temperature {temperature}) on "
+        f"`{report['after_rl']['split']}`, {report['after_rl']['n'] // n_seeds} episodes per "
+        "seed and phase. Each seed trains from its own model initialisation with its own SFT "
+        "data order, env and sampling seeds. Means over seeds with a 95% bootstrap interval "
+        "that resamples seeds and, within each, tasks; the RL gain's interval is paired "
+        "(after RL minus after SFT, on the same seed and tasks).",
+        "",
+        "| algo | seeds | before SFT | after SFT | after RL | RL gain mean ± std (min, max) "
+        "| paired gain 95% | greedy gain mean ± std | verdict | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for algo, res in report["algos"].items():
-        greedy = [
-            cell(res[p]["greedy"]) if "greedy" in res[p] else "-" for p in ("after_sft", "after_rl")
-        ]
-        gain = res.get("rl_gain_greedy")
-        greedy.append("-" if gain is None else f"{gain:+.3f}")
+        dist = res.get("distribution")
+        if dist is None:  # a single run of an older summary
+            continue
+        gain, greedy = dist["rl_gain"], dist.get("rl_gain_greedy")
+        greedy_text = f"{greedy['mean']:+.3f} ± {greedy['std']:.3f}" if greedy else "-"
         lines.append(
-            f"| {algo} | {cell(res['before_sft'])} | {cell(res['after_sft'])} "
-            f"| {cell(res['after_rl'])} | {res['rl_gain']:+.3f} "
-            f"| {_yes(res['intervals_separate'])} / {_yes(res.get('wilson_separate'))} "
-            f"| {greedy[0]} | {greedy[1]} | {greedy[2]} | {res['wall_s']:.0f} |"
+            f"| {algo} | {dist['n_seeds']} | {cell(res['before_sft'])} | {cell(res['after_sft'])} "
+            f"| {cell(res['after_rl'])} | {gain['mean']:+.3f} ± {gain['std']:.3f} "
+            f"({gain['min']:+.3f}, {gain['max']:+.3f}) "
+            f"| [{gain['paired_ci95'][0]:+.3f}, {gain['paired_ci95'][1]:+.3f}] | {greedy_text} "
+            f"| {'passes' if dist['verdict']['passes'] else 'fails'} | {res['wall_s']:.0f} |"
         )
+    lines += [
+        "",
+        "## Every seed",
+        "",
+        "Each run's held-out success with its 95% task-bootstrap interval (episodes of one "
+        "task are not independent); SFT steps: where the loss stop, or the cap "
+        "(`sft_steps`), ended SFT.",
+        "",
+        "| algo | seed | SFT steps | before SFT | after SFT | after RL | RL gain "
+        "| greedy after SFT | greedy after RL | greedy gain | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for algo, res in report["algos"].items():
+        for seed, run in res.get("seeds", {"-": res}).items():
+            greedy = [
+                cell(run[p]["greedy"]) if "greedy" in run[p] else "-"
+                for p in ("after_sft", "after_rl")
+            ]
+            g = run.get("rl_gain_greedy")
+            greedy.append("-" if g is None else f"{g:+.3f}")
+            lines.append(
+                f"| {algo} | {seed} | {run.get('sft_steps_done', '-')} | {cell(run['before_sft'])} "
+                f"| {cell(run['after_sft'])} | {cell(run['after_rl'])} | {run['rl_gain']:+.3f} "
+                f"| {greedy[0]} | {greedy[1]} | {greedy[2]} | {run['wall_s']:.0f} |"
+            )
     lines += _async_comparison(report["algos"])
     lines += ["", "![curves](curves.png)", ""]
     if why:
         lines += ["## Why this recipe", "", why, ""]
     return "\n".join(lines)
+
+
+def _verdict_lines(report: dict[str, Any]) -> list[str]:
+    """The headline: whether the primary algorithm meets the recipe's bar, check by check."""
+    verdict = report.get("verdict")
+    if not verdict:
+        return []
+    dist = report["algos"][report["primary"]]["distribution"]
+    gains = ", ".join(f"{g:+.3f}" for g in dist["rl_gain"]["per_seed"])
+    sft, rl = dist["after_sft"]["ci95"], dist["after_rl"]["ci95"]
+    return [
+        f"**{report['primary']} {'passes' if verdict['passes'] else 'fails'} the bar**: mean "
+        f"RL gain over {verdict['n_seeds']} seeds {dist['rl_gain']['mean']:+.3f} (bar "
+        f"{verdict['bar']:+.2f}: {_yes(verdict['mean_gain_meets_bar'])}); every seed gains "
+        f"({gains}: {_yes(verdict['every_seed_gains'])}); after-SFT [{sft[0]:.3f}, "
+        f"{sft[1]:.3f}] and after-RL [{rl[0]:.3f}, {rl[1]:.3f}] intervals apart: "
+        f"{_yes(verdict['intervals_apart'])}.",
+    ]
+
+
+def _platform_text(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "not recorded."
+    packages = info.get("packages", {})
+    return (
+        f"{info.get('cpu', '?')} ({info.get('machine', '?')}, {info.get('cpu_capability', '?')}), "
+        f"torch {packages.get('torch', '?')}, {info.get('torch_threads', '?')} torch thread "
+        f"per run, Python {info.get('python', '?')}. Another CPU or torch rounds differently "
+        "and its runs part after a few hundred steps: what should hold there is the "
+        "distribution, within its spread, not each seed's episodes."
+    )
 
 
 def _yes(flag: bool | None) -> str:
@@ -449,10 +648,15 @@ def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> 
     train_ax, return_ax, eval_ax = fig.subplots(1, 3)
     algos = list(report["algos"])
     for algo in algos:
-        rl = [r for r in rows if r["algo"] == algo and r.get("phase") == "rl"]
-        steps = [r["step"] for r in rl]
-        train_ax.plot(steps, smooth([r["success"] for r in rl], 5), label=algo)
-        return_ax.plot(steps, smooth([r["reward"] for r in rl], 5), label=algo)
+        runs = sorted({r.get("seed") for r in rows if r["algo"] == algo}, key=str)
+        for seed in runs:  # one line per seed (None: a single run from before seeds)
+            rl = [
+                r for r in rows if (r["algo"], r.get("seed"), r.get("phase")) == (algo, seed, "rl")
+            ]
+            steps = [r["step"] for r in rl]
+            label = algo if seed is None else f"{algo} seed {seed}"
+            train_ax.plot(steps, smooth([r["success"] for r in rl], 5), label=label)
+            return_ax.plot(steps, smooth([r["reward"] for r in rl], 5), label=label)
     train_ax.set(title="training success (rolling mean of 5 steps)", xlabel="RL step")
     return_ax.set(title="training return (rolling mean of 5 steps)", xlabel="RL step")
     width = 0.8 / max(len(algos), 1)
@@ -469,8 +673,7 @@ def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> 
     method = last.get("ci_method", "wilson over episodes")
     eval_ax.set_xticks(range(len(PHASES)), list(PHASES))
     eval_ax.set(
-        title=f"held-out success, 95% interval\n({method}; {last.get('n', 0)} episodes, "
-        f"{last.get('tasks', '?')} tasks)",
+        title=f"held-out success, 95% interval\n({method}; {last.get('n', 0)} episodes)",
         ylim=(0, 1),
     )
     for ax in (train_ax, return_ax, eval_ax):
@@ -491,7 +694,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"recipe names ({', '.join(RECIPES)}; default: all) or the paths of recipe files "
         "(copies of agentgym_trainers/configs/*.toml)",
     )
-    parser.add_argument("--algos", nargs="+", help="algorithms (default: the recipe's)")
+    parser.add_argument(
+        "--algos",
+        nargs="+",
+        default=["primary"],
+        help="algorithms, or 'primary' for each recipe's primary one (the default: the "
+        "others triple the time)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="runs per algorithm, seeds 0..N-1 (default 3): each seeds the model's "
+        "initialisation, the SFT data order, the env and the sampling seeds",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=_cores(),
+        help=f"runs at a time, each a process at one thread (default: the cores, {_cores()})",
+    )
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--work", default="runs/learn", help="run folders")
     parser.add_argument(
@@ -528,19 +750,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     # also slower)
     torch.set_num_threads(1)
     command = shlex.join(["python", "-m", "agentgym_trainers.learn", *(argv or sys.argv[1:])])
-    for recipe in [find_recipe(name) for name in args.recipes]:  # all checked first
-        run_recipe(
-            recipe,
-            Path(args.out) / recipe.name,
-            Path(args.work) / recipe.name,
-            args.algos,
-            command=command,
-            from_runs=args.from_runs,
-            rollout=args.rollout,
-            max_lag=args.max_lag,
-            **overrides,
-        )
-    return 0
+    if args.seeds < 1 or args.jobs < 1:
+        parser.error(f"--seeds and --jobs must be >= 1, got {args.seeds} and {args.jobs}")
+    recipes = [find_recipe(name) for name in args.recipes]  # all checked first
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / "progress.log"
+    print(f"learn: progress also in {log_path}", file=sys.stderr, flush=True)
+    reports = learn_recipes(
+        [(r, Path(args.out) / r.name, work / r.name) for r in recipes],
+        args.algos,
+        command=command,
+        from_runs=args.from_runs,
+        rollout=args.rollout,
+        max_lag=args.max_lag,
+        seeds=range(args.seeds),
+        jobs=args.jobs,
+        log_path=log_path,
+        **overrides,
+    )
+    return 0 if all(r["verdict"]["passes"] for r in reports) else 1
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _override(item: str) -> tuple[str, Any]:

@@ -6,6 +6,8 @@ why its settings work (``why``); docs/results/README.md has the numbers. The key
 
 * ``name`` (required): the results folder's name;
 * ``algos``, ``primary``: the algorithms run, and the one the summary leads with;
+* ``bar``: the least mean RL gain over seeds (after RL minus after SFT held-out success)
+  that passes (:func:`agentgym_trainers.learn_stats.verdict`);
 * ``why``: the reason the settings work, quoted in the results' README;
 * ``[model]``: the :class:`ModelShape` of the random small model;
 * ``[train]`` (required): :class:`~agentgym_trainers.config.TrainConfig` fields by their
@@ -63,6 +65,8 @@ class Recipe:
     algos: tuple[str, ...] = ("grpo", "rloo", "ppo")
     primary: str = "grpo"
     why: str = ""
+    bar: float = 0.25
+    """The least mean RL gain over seeds that passes (every seed must gain too)."""
 
     def config(self, algo: str, model: str, run_dir: Path, **overrides: Any) -> TrainConfig:
         fields = {**self.train, **self.per_algo.get(algo, {}), **overrides}
