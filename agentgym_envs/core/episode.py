@@ -114,13 +114,22 @@ class UserLLMCounters:
     def from_json(cls, data: Mapping[str, Any]) -> UserLLMCounters:
         """Rebuild the counters from :func:`dataclasses.asdict` output (unknown keys are
         an error)."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise EpisodeStateError(
-                f"unknown UserLLMCounters fields {unknown}; expected a subset of {sorted(names)}"
-            )
-        return cls(**data)
+        return cls(**_known_fields(cls, data))
+
+
+def _known_fields(cls: type, data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data``, checked to name only fields of the dataclass ``cls``.
+
+    Raises:
+        EpisodeStateError: ``data`` has a key that is no field of ``cls``.
+    """
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise EpisodeStateError(
+            f"unknown {cls.__name__} fields {unknown}; expected a subset of {sorted(names)}"
+        )
+    return data
 
 
 def _outcome(value: Any) -> Outcome:
@@ -250,13 +259,7 @@ class EpisodeSummary:
     def from_json(cls, data: Mapping[str, Any]) -> EpisodeSummary:
         """Rebuild a summary from :meth:`to_json` output (unknown keys are an error;
         missing ones, as in records from before a field, take its default)."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise EpisodeStateError(
-                f"unknown EpisodeSummary fields {unknown}; expected a subset of {sorted(names)}"
-            )
-        return cls(**data)
+        return cls(**_known_fields(cls, data))
 
 
 class EpisodeFold:
