@@ -129,6 +129,42 @@ def reader_messages(
     ]
 
 
+MAX_SPANS = 8  # values or answer candidates a reading may list
+MAX_SPAN_CHARS = 80  # of one such candidate (a pattern: OpenAI's strict mode has no maxLength)
+
+
+def reading_schema(slots: Sequence[str], verbs: Sequence[str]) -> dict[str, Any]:
+    """The JSON schema of a reading (the domain's slots and verbs as enums): sent as the
+    request's ``response_format`` so an endpoint that constrains decoding (``agentgym
+    serve``, vLLM, SGLang, OpenAI's structured outputs) returns an object that fits.
+    :func:`parse_reading` checks the reply either way, spans included."""
+
+    def names(allowed: Sequence[str]) -> dict[str, Any]:
+        if not allowed:
+            return {"type": "array", "items": {"type": "string"}, "maxItems": 0}
+        return {"type": "array", "items": {"type": "string", "enum": list(allowed)},
+                "maxItems": len(allowed)}  # fmt: skip
+
+    span = {"type": "string", "pattern": f"^[^\\n]{{0,{MAX_SPAN_CHARS}}}$"}
+    spans = {"type": "array", "items": span, "maxItems": MAX_SPANS}
+    properties: dict[str, Any] = {
+        "asks": names(slots),
+        "proposing": {"type": "boolean"},
+        "verbs": names(verbs),
+        "unavailable": {"type": "boolean"},
+        "done": {"type": "boolean"},
+        "refusing": {"type": "boolean"},
+        "values": spans,
+        "answer": spans,
+    }
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 

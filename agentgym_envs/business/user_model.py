@@ -93,6 +93,10 @@ class LLMUserConfig:
         retries: retries of a transient endpoint failure.
         api_key_env: the environment variable holding the bearer token (never a kwarg,
             so it never lands in ``env.spec``).
+        structured: the reader asks for its reading as JSON fitting the reading's schema
+            (``response_format`` ``json_schema``, part of the cassette key), which
+            ``agentgym serve``, vLLM, SGLang and OpenAI constrain decoding to; False for
+            an endpoint that does not take ``response_format``.
     """
 
     model: str
@@ -108,6 +112,7 @@ class LLMUserConfig:
     timeout_s: float = 120.0
     retries: int = 2
     api_key_env: str = "OPENAI_API_KEY"
+    structured: bool = True
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -135,6 +140,10 @@ class LLMUserConfig:
                 "http://127.0.0.1:8000/v1> unless it replays a cassette "
                 "(user_cassette=..., user_cassette_mode='replay')"
             )
+        if not isinstance(self.structured, bool):
+            raise ConfigError(
+                f"user_options structured must be true or false, got {self.structured!r}"
+            )
         # numbers as floats, so temperature=1 and 1.0 are one call (one cassette key)
         for name in ("temperature", "top_p"):
             value = getattr(self, name)
@@ -158,16 +167,25 @@ class LLMUserConfig:
         own = {"model", "base_url", "reader", "cassette", "cassette_mode"}
         return tuple(f.name for f in fields(cls) if f.name not in own)
 
-    def settings(self, role: str, seed: int) -> dict[str, Any]:
+    def settings(
+        self, role: str, seed: int, schema: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The sampling settings of one call (part of its cassette key): the voice
-        writes one line (it stops at a newline), the reader one JSON object."""
-        return {
+        writes one line (it stops at a newline), the reader one JSON object (fitting
+        ``schema`` where the reader is ``structured``)."""
+        settings: dict[str, Any] = {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
             "seed": seed,
             "stop": ["\n"] if role == "voice" else None,
         }
+        if role == "reader" and self.structured and schema is not None:
+            settings["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "reading", "schema": dict(schema), "strict": True},
+            }
+        return settings
 
 
 def user_config(
@@ -337,14 +355,21 @@ class UserModel:
             else None
         )
 
-    def complete(self, role: str, messages: Sequence[Mapping[str, str]], seed: int) -> str:
-        """The model's reply to ``messages`` sampled with ``seed``.
+    def complete(
+        self,
+        role: str,
+        messages: Sequence[Mapping[str, str]],
+        seed: int,
+        schema: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The model's reply to ``messages`` sampled with ``seed`` (as JSON fitting
+        ``schema`` where the config is ``structured``).
 
         Raises:
             CassetteMiss: replay mode has no entry for this call.
             UserSimulatorError: the endpoint failed after its retries.
         """
-        settings = self.config.settings(role, seed)
+        settings = self.config.settings(role, seed, schema)
         chat = [dict(m) for m in messages]
         key = cassette_key(self.config.model, settings, chat)
         if self.cassette is not None:

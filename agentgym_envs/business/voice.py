@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agentgym_envs.business.answers import AnswerKind, AnswerReader, normalise
-from agentgym_envs.business.reading import Reading, ReadingError, parse_reading, reader_messages
+from agentgym_envs.business.reading import (
+    Reading,
+    ReadingError,
+    parse_reading,
+    reader_messages,
+    reading_schema,
+)
 from agentgym_envs.business.user_model import CassetteMiss, UserModel, UserSimulatorError
 
 if TYPE_CHECKING:
@@ -440,12 +446,13 @@ class EpisodeVoice:
         state.reads += 1
         state.last_turn, state.last_disagreement = turn, ()
         messages = reader_messages(message, slots, verbs)
+        schema = reading_schema(slots, verbs)
         for draw in range(self.model.config.draws):
             try:  # the reader only widens the keyword reading: its failure is never the
                 # user's (the agent's own text decides its prompt: a length past the
                 # model's context, a path the recording did not take)
                 raw = self.model.complete(
-                    "reader", messages, call_seed(*self.seed, turn, "reader", draw)
+                    "reader", messages, call_seed(*self.seed, turn, "reader", draw), schema
                 )
             except UserSimulatorError as exc:
                 logger.warning("the LLM reader failed (%s); the keyword reading stands", exc)

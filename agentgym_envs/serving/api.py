@@ -115,6 +115,9 @@ class ChatRequest:
     forced: tuple[str, ...] = ()
     """The tools one of which the reply must call (``tool_choice`` ``"required"`` or a
     named function); empty when the model may answer in text."""
+    schema: dict[str, Any] | None = None
+    """The JSON schema the reply must fit (``response_format`` ``json_schema``, or
+    ``{"type": "object"}`` for ``json_object``); None: free text."""
 
 
 @dataclass(frozen=True)
@@ -330,6 +333,13 @@ def parse_request(body: Any, model_id: str) -> ChatRequest:
     if top is not None and not logprobs:
         raise BadRequest("top_logprobs needs logprobs=true", param="top_logprobs")
     tools, forced = _tools(body)
+    schema = _response_format(body)
+    if schema is not None and forced:
+        raise BadRequest(
+            "response_format and a required tool call cannot both constrain the reply; "
+            "send one of them (tool_choice 'auto' or 'none' with response_format)",
+            param="response_format",
+        )
     return ChatRequest(
         messages=_messages(body.get("messages")),
         tools=tools,
@@ -342,6 +352,28 @@ def parse_request(body: Any, model_id: str) -> ChatRequest:
         logprobs=logprobs,
         top_logprobs=top or 0,
         forced=forced,
+        schema=schema,
+    )
+
+
+def _response_format(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The schema a ``response_format`` asks the reply to fit (None: free text)."""
+    value = body.get("response_format")
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    spec = value.get("json_schema") if kind == "json_schema" and isinstance(value, dict) else None
+    if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
+        return dict(spec["schema"])
+    raise BadRequest(
+        'response_format must be {"type": "text"}, {"type": "json_object"} or '
+        '{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}, '
+        f"got {str(value)[:200]}",
+        param="response_format",
     )
 
 
@@ -393,6 +425,10 @@ def parse_completion_request(body: Any, model_id: str) -> CompletionRequest:
         raise BadRequest("echo is not supported; send echo=false", param="echo")
     if body.get("suffix"):
         raise BadRequest("suffix is not supported", param="suffix")
+    if body.get("response_format") is not None:
+        raise BadRequest(
+            "response_format is served on /v1/chat/completions only", param="response_format"
+        )
     if body.get("best_of") not in (None, 1):
         raise BadRequest("best_of is not supported; sample n choices instead", param="best_of")
     sampling = _sampling(body)

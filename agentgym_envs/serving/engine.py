@@ -15,7 +15,9 @@ arrive together as one batch through the local
 * a row may be cancelled (its client left): it stops at its next token, and a row
   still queued never runs;
 * a row may be constrained to one tool call (``tool_choice`` ``"required"`` or a named
-  function): see :class:`ToolCallConstraint`.
+  function): see :class:`ToolCallConstraint`;
+* a row may be constrained to JSON that fits a schema (``response_format``): see
+  :class:`SchemaConstraint`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +44,15 @@ if TYPE_CHECKING:  # torch loads only when a server starts
     from agentgym_envs.policies.hf import LocalLM
 
 logger = logging.getLogger(__name__)
+
+JSON_STYLE: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+"""How a schema-constrained reply is spaced (llguidance's JSON compile options)."""
+GRAMMAR_CACHE = 64  # compiled schemas an engine keeps
+
+
+class SchemaError(ValueError):
+    """A ``response_format`` schema the server cannot constrain decoding to."""
+
 
 TopLogprobs = list[tuple[int, float]]
 """The most likely ids at one position with their log-probabilities, best first."""
@@ -70,6 +81,9 @@ class RowJob:
     """How many alternatives to record per token (0: none)."""
     tool_names: tuple[str, ...] = ()
     """Non-empty: the reply must be one call of one of these tools."""
+    grammar: str | None = None
+    """A compiled JSON-schema grammar (:meth:`RowEngine.json_grammar`): the reply must
+    be one JSON value that fits the schema."""
     sink: Callable[[TokenStep], None] | None = field(default=None, compare=False)
     """Called with every token of this row as it is sampled (streaming)."""
     cancel: threading.Event | None = field(default=None, compare=False)
@@ -269,6 +283,49 @@ class ToolCallConstraint:
             self._scan.feed_text(self._text[len(head) :])
 
 
+class SchemaConstraint:
+    """Constrains one row to one JSON value that fits a JSON schema (a request's
+    ``response_format``).
+
+    llguidance's matcher, built over the model's own tokenizer, says after every token
+    which tokens keep the text a prefix of some value that fits; once the value is
+    complete only an end-of-turn token is allowed. The JSON is compact (``", "`` and
+    ``": "`` separators, no other whitespace), so a small model cannot spend its tokens on
+    blank lines. Log-probabilities stay those of the unconstrained distribution.
+
+    Args:
+        grammar: a grammar from :meth:`RowEngine.json_grammar`.
+        tokenizer: the engine's llguidance tokenizer (:attr:`RowEngine.grammar_tokenizer`).
+        size: the width of the model's logits.
+        eos: end-of-turn ids.
+    """
+
+    def __init__(self, grammar: str, tokenizer: Any, size: int, eos: Sequence[int]) -> None:
+        import llguidance
+
+        self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        self._size, self._eos = size, sorted(eos)
+
+    def rule(self) -> tuple[Any, list[int]]:
+        """``(allowed ids, banned ids)`` for the next token (see :class:`ServePicker`)."""
+        import numpy as np
+        import torch
+
+        matcher = self._matcher
+        if matcher.is_stopped() or matcher.is_error():
+            if matcher.is_error():
+                logger.warning("a schema-constrained row left its grammar: %s", matcher.get_error())
+            return self._eos, []
+        bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), np.uint8), bitorder="little")
+        return torch.from_numpy(np.flatnonzero(bits[: self._size])), []
+
+    def advance(self, token: int) -> None:
+        """Account for the token the row sampled (an end-of-turn token once the value is
+        complete; a cancelled row's end token leaves the matcher, which nobody reads)."""
+        if not self._matcher.is_stopped():
+            self._matcher.consume_token(token)
+
+
 # --------------------------------------------------------------------------- the picker
 
 
@@ -280,6 +337,8 @@ class ServePicker:
         device: where the logits live.
         eos: end-of-turn ids.
         vocab: needed when a job has ``tool_names``.
+        grammar_tokenizer: needed when a job has a ``grammar``
+            (:attr:`RowEngine.grammar_tokenizer`).
         weights_version: the version of the weights sampling this batch (streamed
             tokens carry it).
     """
@@ -291,6 +350,7 @@ class ServePicker:
         eos: Sequence[int],
         vocab: Vocab | None = None,
         weights_version: int = 0,
+        grammar_tokenizer: Any = None,
     ) -> None:
         import torch
 
@@ -311,12 +371,19 @@ class ServePicker:
         """Per row: it was cancelled mid-batch (and stopped there)."""
         if any(j.tool_names for j in jobs) and vocab is None:
             raise ArgumentError("expected a vocabulary for tool-call constraints, got None")
-        self._rules = [
-            ToolCallConstraint(j.tool_names, vocab, sorted(eos))
-            if j.tool_names and vocab is not None
-            else None
-            for j in jobs
-        ]
+        if any(j.grammar for j in jobs) and grammar_tokenizer is None:
+            raise ArgumentError("expected a grammar tokenizer for schema constraints, got None")
+        self._rules: list[ToolCallConstraint | SchemaConstraint | None] = []
+        for j in jobs:
+            if j.tool_names and vocab is not None:
+                self._rules.append(ToolCallConstraint(j.tool_names, vocab, sorted(eos)))
+            elif j.grammar:
+                rule = SchemaConstraint(
+                    j.grammar, grammar_tokenizer, grammar_tokenizer.vocab_size, eos
+                )
+                self._rules.append(rule)
+            else:
+                self._rules.append(None)
         self.top: list[list[TopLogprobs]] = [[] for _ in jobs]
         """Per row, per sampled token: the recorded alternatives."""
 
@@ -351,8 +418,8 @@ class ServePicker:
         masked = logits.clone()
         for row, (allowed, banned) in rules:
             if allowed is not None:
-                if not allowed:  # nothing continues the head: leave the row free
-                    logger.warning("no token continues the tool-call head of row %d", row)
+                if len(allowed) == 0:  # nothing continues the head: leave the row free
+                    logger.warning("no token continues the constrained reply of row %d", row)
                     continue
                 keep = masked[row, allowed]
                 masked[row] = float("-inf")
@@ -404,6 +471,9 @@ class RowEngine:
         self.eos = eos_ids(lm)
         self._sampler: Sampler = Sampler(lm.model, eos_ids=self.eos, pad_id=lm.pad_id)
         self._vocab: Vocab | None = None
+        self._grammar_tokenizer: Any = None
+        self._grammars: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     @property
     def vocab(self) -> Vocab:
@@ -411,6 +481,62 @@ class RowEngine:
         if self._vocab is None:
             self._vocab = Vocab(self.lm.tokenizer, self.vocab_size)
         return self._vocab
+
+    @property
+    def grammar_tokenizer(self) -> Any:
+        """The model's tokenizer as llguidance reads it (built on first use: about a
+        second).
+
+        Raises:
+            SchemaError: llguidance is not installed, or the tokenizer is not a fast one.
+        """
+        with self._lock:
+            if self._grammar_tokenizer is None:
+                try:
+                    import llguidance.hf
+                except ImportError:
+                    raise SchemaError(
+                        "response_format needs llguidance; install it with "
+                        "`pip install 'agentgym-envs[train]'` (or `pip install llguidance`)"
+                    ) from None
+                try:
+                    tokenizer: Any = self.lm.tokenizer  # a fast one, else ValueError
+                    self._grammar_tokenizer = llguidance.hf.from_tokenizer(
+                        tokenizer, n_vocab=self.vocab_size, eos_token=self.eos
+                    )
+                except ValueError as exc:
+                    raise SchemaError(
+                        f"response_format is not available for this model: {exc}"
+                    ) from None
+            return self._grammar_tokenizer
+
+    def json_grammar(self, schema: Mapping[str, Any]) -> str:
+        """The grammar of compact JSON fitting ``schema`` (cached per schema).
+
+        Raises:
+            SchemaError: the schema is not one llguidance can compile, or llguidance is
+                missing (see :attr:`grammar_tokenizer`).
+        """
+        import llguidance
+
+        text = json.dumps(schema)  # its order is the order the reply writes the keys in
+        tokenizer = self.grammar_tokenizer
+        with self._lock:
+            known = self._grammars.get(text)
+        if known is not None:
+            return known
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_STYLE)
+        except ValueError as exc:
+            raise SchemaError(f"the schema is not valid: {exc}") from None
+        problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
+        if problem:
+            raise SchemaError(f"the schema cannot be served: {problem}")
+        with self._lock:
+            if len(self._grammars) >= GRAMMAR_CACHE:
+                self._grammars.pop(next(iter(self._grammars)))
+            self._grammars[text] = grammar
+        return grammar
 
     @property
     def vocab_size(self) -> int:
@@ -425,7 +551,8 @@ class RowEngine:
         """Sample every job in one batch with the weights of ``weights_version`` (the
         label every result and streamed token gets; the caller holds the weights)."""
         vocab = self.vocab if any(j.tool_names for j in jobs) else None
-        picker = ServePicker(jobs, self._sampler.device, self.eos, vocab, weights_version)
+        grammars = self.grammar_tokenizer if any(j.grammar for j in jobs) else None
+        picker = ServePicker(jobs, self._sampler.device, self.eos, vocab, weights_version, grammars)
         samples = self._sampler.generate(
             [j.prompt for j in jobs], [j.max_new for j in jobs], picker=picker
         )

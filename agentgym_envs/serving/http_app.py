@@ -30,7 +30,7 @@ from agentgym_envs.serving.api import (
     prompt_chars,
     template_messages,
 )
-from agentgym_envs.serving.engine import Batcher, Reply, RowJob, RowResult
+from agentgym_envs.serving.engine import Batcher, Reply, RowJob, RowResult, SchemaError
 from agentgym_envs.serving.guard import check_post
 from agentgym_envs.serving.reply import (
     Chunks,
@@ -186,6 +186,15 @@ def _replies(
     return replies
 
 
+def _grammar(server: ChatServer, schema: Mapping[str, Any]) -> str:
+    """The compiled grammar of a request's ``response_format`` schema (a 400 when the
+    server cannot constrain decoding to it)."""
+    try:
+        return server.engine.json_grammar(schema)
+    except SchemaError as exc:
+        raise BadRequest(str(exc), param="response_format") from None
+
+
 class Handler(BaseHTTPRequestHandler):
     """Serves one HTTP request of a :class:`~.serve.ChatServer`."""
 
@@ -295,8 +304,18 @@ class Handler(BaseHTTPRequestHandler):
         max_new = _max_new(server, prompt, request.max_tokens, CHAT_MAX_TOKENS, "messages")
         top = request.top_logprobs if request.logprobs else 0
         client = str(self.client_address[0])
+        grammar = _grammar(server, request.schema) if request.schema is not None else None
         jobs = [
-            RowJob(prompt, max_new, settings, request.stop, top, request.forced, client=client)
+            RowJob(
+                prompt,
+                max_new,
+                settings,
+                request.stop,
+                top,
+                request.forced,
+                grammar,
+                client=client,
+            )
             for settings in _settings(server, request.sampling)
         ]
         if request.sampling.stream:

@@ -4,9 +4,10 @@ Built on the standard library (``http.server.ThreadingHTTPServer``). Endpoints:
 
 * ``GET /v1/models``: the one served model (with its ``weights_version``);
 * ``POST /v1/chat/completions``: ``messages``, ``tools``, ``tool_choice``,
-  ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``n``,
-  ``seed``, ``stop``, ``logprobs``/``top_logprobs``, ``stream`` (with
-  ``stream_options.include_usage``) and vLLM's ``return_token_ids``;
+  ``response_format`` (decoding constrained to a JSON schema:
+  :class:`~.engine.SchemaConstraint`), ``temperature``, ``top_p``, ``max_tokens``
+  (or ``max_completion_tokens``), ``n``, ``seed``, ``stop``, ``logprobs``/``top_logprobs``,
+  ``stream`` (with ``stream_options.include_usage``) and vLLM's ``return_token_ids``;
 * ``POST /v1/completions``: the same sampling fields for ``prompt`` given as text or as
   token ids (one list of ints, or a list of them), with the legacy ``logprobs`` (an
   integer: alternatives per token); token in, token out for trainers;

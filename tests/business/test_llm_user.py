@@ -102,6 +102,8 @@ def echo() -> Iterator[ScriptedEndpoint]:
           "user_options": {"temperature": "hot"}}, "temperature must be a number"),
         ({"user": "llm", "user_model": "m", "user_base_url": "http://x/v1",
           "user_options": {"top_p": float("nan")}}, "top_p must be finite"),
+        ({"user": "llm", "user_model": "m", "user_base_url": "http://x/v1",
+          "user_options": {"structured": "yes"}}, "structured must be true or false"),
     ],
 )  # fmt: skip
 def test_bad_user_configuration_is_a_config_error_naming_the_fix(kwargs, fix) -> None:
@@ -235,6 +237,37 @@ MESSAGE = "Could I get your postal code? Then I can cancel #W1234567."
 def test_a_reading_outside_the_schema_is_rejected(raw, why) -> None:
     with pytest.raises(ReadingError, match=why):
         parse_reading(raw, MESSAGE, SLOTS, VERBS)
+
+
+def test_the_reader_asks_for_json_fitting_the_reading_schema() -> None:
+    """A structured reader sends the reading's schema as ``response_format`` (part of
+    the cassette key); what parse_reading accepts fits that schema; the voice and an
+    unstructured reader send none."""
+    import jsonschema
+
+    from agentgym_envs.business.reading import reading_schema
+    from agentgym_envs.business.user_model import user_config
+
+    schema = reading_schema(SLOTS, VERBS)
+
+    def settings(role: str, **options: Any) -> dict[str, Any]:
+        config = user_config("llm", "m", "http://x/v1", "llm", None, None, options)
+        return config.settings(role, 3, schema)
+
+    sent = settings("reader")["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["schema"] == schema
+    assert "response_format" not in settings("voice")
+    assert "response_format" not in settings("reader", structured=False)
+    chat = [{"role": "user", "content": "hi"}]
+    assert cassette_key("m", settings("reader"), chat) != cassette_key(
+        "m", settings("reader", structured=False), chat
+    )
+    raw = 'Sure: {"asks": ["zip"], "verbs": ["cancel"], "values": ["#w1234567"]}'
+    jsonschema.validate(parse_reading(raw, MESSAGE, SLOTS, VERBS).as_dict(), schema)
+    for bad in ({"asks": ["password"]}, {"extra": 1}, {"proposing": "yes"}):
+        full = {**Reading().as_dict(), **bad}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(full, schema)
 
 
 def test_a_valid_reading_widens_the_keyword_reading() -> None:
