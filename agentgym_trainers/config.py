@@ -383,6 +383,17 @@ class SFTConfig:
     loss, not a step count, lands at the same point of learning whatever the data order."""
     stop_window: int = 25
     """SFT steps whose mean loss ``stop_loss`` reads."""
+    stop_success: float = 0.0
+    """Stop SFT before ``steps`` once the policy's success on the first
+    ``check_episodes`` tasks of the train split, sampled at the evaluation temperature
+    with fixed env seeds, reaches this (0: never checked). Checked every
+    ``check_every`` steps. What the warm start is for (a policy that reads the
+    observations), measured directly, so RL starts from the same competence whatever
+    the seed and the machine's rounding."""
+    check_every: int = 50
+    """SFT steps between two checks of ``stop_success``."""
+    check_episodes: int = 64
+    """Train-split episodes one ``stop_success`` check plays."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.stop_loss) and self.stop_loss >= 0):
@@ -392,6 +403,16 @@ class SFTConfig:
             )
         if self.stop_window < 1:
             raise ConfigError(f"sft_stop_window must be >= 1, got {self.stop_window}")
+        if not (math.isfinite(self.stop_success) and 0 <= self.stop_success <= 1):
+            raise ConfigError(
+                "sft_stop_success must be a success rate in [0, 1] (0: no check), got "
+                f"{self.stop_success}"
+            )
+        if self.check_every < 1 or self.check_episodes < 1:
+            raise ConfigError(
+                "sft_check_every and sft_check_episodes must be >= 1, got "
+                f"{self.check_every} and {self.check_episodes}"
+            )
 
 
 @dataclass(frozen=True)

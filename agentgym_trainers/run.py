@@ -89,11 +89,18 @@ def sft(
     stop_loss: float = 0.0,
     stop_window: int = 25,
     on_event: OnEvent | None = None,
+    *,
+    stop_success: float = 0.0,
+    check_every: int = 50,
+    check_episodes: int = 64,
 ) -> list[dict[str, float]]:
     """Imitate oracle trajectories: token-mean NLL on agent tokens only (the imitation
     targets of :class:`~agentgym_trainers.algorithms.sft.SFT`); at most ``steps`` steps,
     fewer when ``stop_loss`` > 0 and the mean loss of the last ``stop_window`` steps falls
-    to it (the loss is summed over processes, so every rank stops at the same step)."""
+    to it (the loss is summed over processes, so every rank stops at the same step), or
+    when ``stop_success`` > 0 and, checked every ``check_every`` steps, the policy's
+    sampled success on ``check_episodes`` train-split episodes reaches it (the rate is
+    gathered over processes). A check's step has ``sft_check_success`` in its entry."""
     cfg = trainer.cfg
     trajs = oracle_trajectories(trainer, episodes)
     seqs, _ = SFT(cfg, trainer).advantages(trajs)
@@ -117,6 +124,17 @@ def sft(
         trainer.logger.log(step, {"sft_loss": history[-1]["sft_loss"]}, phase="sft")
         if on_event is not None:
             on_event(ProgressEvent("sft", step + 1, steps, time.perf_counter() - t0, history[-1]))
+        if stop_success > 0 and (step + 1) % check_every == 0 and step + 1 < steps:
+            check = evaluate(trainer, cfg.data.split, check_episodes, cfg.eval.temperature)
+            trainer.lm.train()
+            history[-1]["sft_check_success"] = check["success"]
+            trainer.logger.log(step, {"sft_check_success": check["success"]}, phase="sft")
+            if check["success"] >= stop_success:
+                log.info(
+                    "SFT stopped after %d of %d steps: train-split success %.3f >= %g",
+                    step + 1, steps, check["success"], stop_success,
+                )  # fmt: skip
+                break
         if stop_loss > 0 and len(history) >= stop_window:
             mean = sum(h["sft_loss"] for h in history[-stop_window:]) / stop_window
             if mean <= stop_loss:
@@ -458,11 +476,18 @@ def _sft_phase(trainer: Trainer, summary: dict[str, Any], on_event: OnEvent | No
     cfg = trainer.cfg.sft
     sft_start = time.perf_counter()
     history = sft(
-        trainer, cfg.steps, cfg.episodes, cfg.lr, cfg.stop_loss, cfg.stop_window, on_event
-    )
+        trainer, cfg.steps, cfg.episodes, cfg.lr, cfg.stop_loss, cfg.stop_window, on_event,
+        stop_success=cfg.stop_success, check_every=cfg.check_every,
+        check_episodes=cfg.check_episodes,
+    )  # fmt: skip
     summary["sft_seconds"] = time.perf_counter() - sft_start
     summary["sft_loss"] = [h["sft_loss"] for h in history]
     summary["sft_steps_done"] = len(history)
+    checks = [
+        [i + 1, h["sft_check_success"]] for i, h in enumerate(history) if "sft_check_success" in h
+    ]
+    if checks:
+        summary["sft_checks"] = checks  # [steps done, train-split success]
     write_summary(trainer, summary)
 
 

@@ -99,6 +99,9 @@ OLD_KEYS = [
     "train_pool",  # added with generated training pools
     "sft_stop_loss",  # added with the SFT early stop by loss
     "sft_stop_window",
+    "sft_stop_success",  # added with the SFT early stop by train-split success
+    "sft_check_every",
+    "sft_check_episodes",
 ]
 
 

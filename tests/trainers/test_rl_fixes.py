@@ -79,6 +79,32 @@ def test_sft_stops_when_its_recent_mean_loss_reaches_stop_loss(
     assert [r["step"] for r in rows if r["phase"] == "sft"] == [0, 1, 2]
 
 
+def test_sft_stops_when_its_train_split_success_reaches_stop_success(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    """--sft-stop-success checks the policy's sampled success on train-split episodes
+    every --sft-check-every steps (never after the last step) and ends SFT at the first
+    check that reaches it; the checks are in the summary and the metrics."""
+    cfg = dict(sft_check_every=1, sft_check_episodes=8, eval_episodes=0, sft_lr=1e-3)
+    summary = train(sft_config(tmp_path / "a", sft_stop_success=1.0, **cfg))
+    checks, done = summary["sft_checks"], summary["sft_steps_done"]
+    assert [c[0] for c in checks] == list(range(1, len(checks) + 1))
+    assert all(c[1] < 1.0 for c in checks[:-1])  # it went on after each check below
+    if checks[-1][1] >= 1.0:  # it stopped at the check that reached it
+        assert done == checks[-1][0] < 6
+    else:
+        assert done == 6 and len(checks) == 5
+    assert checks[0][1] < 1.0 <= checks[-1][1], f"the bandit learns within 6 steps: {checks}"
+    rows = [
+        json.loads(x) for x in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [[r["step"] + 1, r["sft_check_success"]] for r in rows if "sft_check_success" in r] == (
+        checks
+    )
+    plain = train(sft_config(tmp_path / "b", **cfg))  # stop_success 0: never checked
+    assert "sft_checks" not in plain and plain["sft_steps_done"] == 6
+
+
 def test_sft_stop_settings_name_the_fix(tmp_path: Path) -> None:
     from agentgym_envs.core.errors import ConfigError
 
@@ -88,6 +114,10 @@ def test_sft_stop_settings_name_the_fix(tmp_path: Path) -> None:
         sft_config(tmp_path, sft_stop_loss=float("nan"))
     with pytest.raises(ConfigError, match="sft_stop_window must be >= 1"):
         sft_config(tmp_path, sft_stop_window=0)
+    with pytest.raises(ConfigError, match=r"sft_stop_success must be a success rate in \[0, 1\]"):
+        sft_config(tmp_path, sft_stop_success=1.5)
+    with pytest.raises(ConfigError, match="sft_check_every and sft_check_episodes must be >= 1"):
+        sft_config(tmp_path, sft_check_every=0)
 
 
 def test_rl_starts_with_a_fresh_optimizer_and_its_warmup(tmp_path: Path, tokenizer: Any) -> None:
