@@ -334,10 +334,10 @@ def parse_request(body: Any, model_id: str) -> ChatRequest:
         raise BadRequest("top_logprobs needs logprobs=true", param="top_logprobs")
     tools, forced = _tools(body)
     schema = _response_format(body)
-    if schema is not None and forced:
+    if schema is not None and tools:
         raise BadRequest(
-            "response_format and a required tool call cannot both constrain the reply; "
-            "send one of them (tool_choice 'auto' or 'none' with response_format)",
+            "response_format constrains the reply to its schema, so no tool call could be "
+            "made: send tools or response_format, not both (or tool_choice 'none')",
             param="response_format",
         )
     return ChatRequest(

@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 JSON_STYLE: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """How a schema-constrained reply is spaced (llguidance's JSON compile options)."""
 GRAMMAR_CACHE = 64  # compiled schemas an engine keeps
+MAX_SCHEMA_CHARS = 15_000  # of a response_format schema's JSON (OpenAI's own limit's order)
 
 
 class SchemaError(ValueError):
@@ -109,6 +110,9 @@ class RowResult:
     cancelled: bool = False
     """The row was cancelled mid-batch: ``ids`` are the tokens sampled before it
     stopped (its client is gone; nobody reads it)."""
+    failed: str = ""
+    """Why a schema-constrained row left its grammar (a grammar the matcher could not
+    follow, found only while decoding); "" for none. Its reply's finish is ``"error"``."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,8 @@ class Reply:
     """``"stop"`` (end of turn or a stop string) or ``"length"``."""
     weights_version: int = 0
     """The version of the weights that sampled it."""
+    failed: str = ""
+    """Why a schema-constrained reply left its grammar ("" for none; finish ``"error"``)."""
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -294,17 +300,21 @@ class SchemaConstraint:
     blank lines. Log-probabilities stay those of the unconstrained distribution.
 
     Args:
-        grammar: a grammar from :meth:`RowEngine.json_grammar`.
-        tokenizer: the engine's llguidance tokenizer (:attr:`RowEngine.grammar_tokenizer`).
+        matcher: a fresh llguidance matcher of the schema's grammar (a copy of the one
+            :meth:`RowEngine.json_grammar` built when the request came in).
         size: the width of the model's logits.
         eos: end-of-turn ids.
     """
 
-    def __init__(self, grammar: str, tokenizer: Any, size: int, eos: Sequence[int]) -> None:
-        import llguidance
-
-        self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+    def __init__(self, matcher: Any, size: int, eos: Sequence[int]) -> None:
+        self._matcher = matcher
         self._size, self._eos = size, sorted(eos)
+
+    @property
+    def error(self) -> str:
+        """Why the reply left the grammar ("" while it has not): a grammar the matcher
+        could not follow (a recursion past its limits), found only while decoding."""
+        return str(self._matcher.get_error()) if self._matcher.is_error() else ""
 
     def rule(self) -> tuple[Any, list[int]]:
         """``(allowed ids, banned ids)`` for the next token (see :class:`ServePicker`)."""
@@ -313,16 +323,14 @@ class SchemaConstraint:
 
         matcher = self._matcher
         if matcher.is_stopped() or matcher.is_error():
-            if matcher.is_error():
-                logger.warning("a schema-constrained row left its grammar: %s", matcher.get_error())
-            return self._eos, []
+            return self._eos, []  # complete, or failed (the reply says so: RowResult.failed)
         bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), np.uint8), bitorder="little")
         return torch.from_numpy(np.flatnonzero(bits[: self._size])), []
 
     def advance(self, token: int) -> None:
         """Account for the token the row sampled (an end-of-turn token once the value is
         complete; a cancelled row's end token leaves the matcher, which nobody reads)."""
-        if not self._matcher.is_stopped():
+        if not (self._matcher.is_stopped() or self._matcher.is_error()):
             self._matcher.consume_token(token)
 
 
@@ -337,8 +345,9 @@ class ServePicker:
         device: where the logits live.
         eos: end-of-turn ids.
         vocab: needed when a job has ``tool_names``.
-        grammar_tokenizer: needed when a job has a ``grammar``
-            (:attr:`RowEngine.grammar_tokenizer`).
+        matchers: needed when a job has a ``grammar``: a fresh llguidance matcher of a
+            grammar (:meth:`RowEngine.matcher`).
+        vocab_size: the width of the logits (needed with ``matchers``).
         weights_version: the version of the weights sampling this batch (streamed
             tokens carry it).
     """
@@ -350,7 +359,8 @@ class ServePicker:
         eos: Sequence[int],
         vocab: Vocab | None = None,
         weights_version: int = 0,
-        grammar_tokenizer: Any = None,
+        matchers: Callable[[str], Any] | None = None,
+        vocab_size: int = 0,
     ) -> None:
         import torch
 
@@ -371,17 +381,15 @@ class ServePicker:
         """Per row: it was cancelled mid-batch (and stopped there)."""
         if any(j.tool_names for j in jobs) and vocab is None:
             raise ArgumentError("expected a vocabulary for tool-call constraints, got None")
-        if any(j.grammar for j in jobs) and grammar_tokenizer is None:
-            raise ArgumentError("expected a grammar tokenizer for schema constraints, got None")
+        if any(j.grammar for j in jobs) and matchers is None:
+            raise ArgumentError("expected grammar matchers for schema constraints, got None")
         self._rules: list[ToolCallConstraint | SchemaConstraint | None] = []
         for j in jobs:
             if j.tool_names and vocab is not None:
                 self._rules.append(ToolCallConstraint(j.tool_names, vocab, sorted(eos)))
-            elif j.grammar:
-                rule = SchemaConstraint(
-                    j.grammar, grammar_tokenizer, grammar_tokenizer.vocab_size, eos
-                )
-                self._rules.append(rule)
+            elif j.grammar and matchers is not None:
+                matcher = matchers(j.grammar)
+                self._rules.append(SchemaConstraint(matcher, vocab_size, eos))
             else:
                 self._rules.append(None)
         self.top: list[list[TopLogprobs]] = [[] for _ in jobs]
@@ -399,6 +407,11 @@ class ServePicker:
         top = logprobs.topk(min(self._k, logprobs.shape[-1]), dim=-1) if self._k else None
         self._record(token.tolist(), chosen.tolist(), top)
         return token, chosen
+
+    @property
+    def failures(self) -> list[str]:
+        """Per row: why its constrained reply left its grammar ("" for none)."""
+        return [r.error if isinstance(r, SchemaConstraint) else "" for r in self._rules]
 
     def _stop_cancelled(self) -> list[int]:
         """The live rows whose client left: they stop now, recording nothing more."""
@@ -472,7 +485,8 @@ class RowEngine:
         self._sampler: Sampler = Sampler(lm.model, eos_ids=self.eos, pad_id=lm.pad_id)
         self._vocab: Vocab | None = None
         self._grammar_tokenizer: Any = None
-        self._grammars: dict[str, str] = {}
+        self._grammars: dict[str, str] = {}  # schema JSON -> grammar
+        self._matchers: dict[str, Any] = {}  # grammar -> its compiled, unused matcher
         self._lock = threading.Lock()
 
     @property
@@ -511,16 +525,23 @@ class RowEngine:
             return self._grammar_tokenizer
 
     def json_grammar(self, schema: Mapping[str, Any]) -> str:
-        """The grammar of compact JSON fitting ``schema`` (cached per schema).
+        """The grammar of compact JSON fitting ``schema``, checked and compiled here (on
+        the request's own thread) into a matcher that rows copy (:meth:`matcher`), so a
+        costly schema costs its own request, never the shared batch. Cached per schema.
 
         Raises:
-            SchemaError: the schema is not one llguidance can compile, or llguidance is
-                missing (see :attr:`grammar_tokenizer`).
+            SchemaError: the schema is too large, is not one llguidance can compile or
+                start, or llguidance is missing (see :attr:`grammar_tokenizer`).
         """
+        text = json.dumps(schema)  # its order is the order the reply writes the keys in
+        if len(text) > MAX_SCHEMA_CHARS:
+            raise SchemaError(
+                f"the schema is {len(text)} characters of JSON; at most {MAX_SCHEMA_CHARS} "
+                "are served"
+            )
+        tokenizer = self.grammar_tokenizer  # first: it says how to install llguidance
         import llguidance
 
-        text = json.dumps(schema)  # its order is the order the reply writes the keys in
-        tokenizer = self.grammar_tokenizer
         with self._lock:
             known = self._grammars.get(text)
         if known is not None:
@@ -532,11 +553,29 @@ class RowEngine:
         problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
         if problem:
             raise SchemaError(f"the schema cannot be served: {problem}")
+        proto = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        proto.compute_bitmask()  # a grammar that cannot even start fails here
+        if proto.is_error():
+            raise SchemaError(f"the schema cannot be served: {proto.get_error()}")
+        proto.reset()
         with self._lock:
             if len(self._grammars) >= GRAMMAR_CACHE:
-                self._grammars.pop(next(iter(self._grammars)))
+                oldest = next(iter(self._grammars))
+                self._matchers.pop(self._grammars.pop(oldest), None)
             self._grammars[text] = grammar
+            self._matchers[grammar] = proto
         return grammar
+
+    def matcher(self, grammar: str) -> Any:
+        """A fresh matcher of ``grammar`` for one row: a copy of the compiled one (built
+        again only if the cache dropped it since the request came in)."""
+        import llguidance
+
+        with self._lock:
+            proto = self._matchers.get(grammar)
+        if proto is None:
+            return llguidance.LLMatcher(self.grammar_tokenizer, grammar, log_level=0)
+        return proto.deep_copy()
 
     @property
     def vocab_size(self) -> int:
@@ -551,17 +590,21 @@ class RowEngine:
         """Sample every job in one batch with the weights of ``weights_version`` (the
         label every result and streamed token gets; the caller holds the weights)."""
         vocab = self.vocab if any(j.tool_names for j in jobs) else None
-        grammars = self.grammar_tokenizer if any(j.grammar for j in jobs) else None
-        picker = ServePicker(jobs, self._sampler.device, self.eos, vocab, weights_version, grammars)
+        matchers = self.matcher if any(j.grammar for j in jobs) else None
+        picker = ServePicker(
+            jobs, self._sampler.device, self.eos, vocab, weights_version, matchers,
+            self.vocab_size,
+        )  # fmt: skip
         samples = self._sampler.generate(
             [j.prompt for j in jobs], [j.max_new for j in jobs], picker=picker
         )
         results = []
-        for s, top, cancelled in zip(samples, picker.top, picker.cancelled, strict=True):
+        rows = zip(samples, picker.top, picker.cancelled, picker.failures, strict=True)
+        for s, top, cancelled, failed in rows:
             kept = len(top) if cancelled else len(s.ids)  # not the end token that stopped it
             ids, logprobs = list(s.ids[:kept]), list(s.logprobs[:kept])
-            ended = bool(s.ended) and not cancelled
-            results.append(RowResult(ids, logprobs, top, ended, weights_version, cancelled))
+            ended = bool(s.ended) and not cancelled and not failed
+            results.append(RowResult(ids, logprobs, top, ended, weights_version, cancelled, failed))
         return results
 
     def reply(self, job: RowJob, result: RowResult) -> Reply:
@@ -569,7 +612,7 @@ class RowEngine:
         token that completed it."""
         decode = self.lm.tokenizer.decode
         text = str(decode(result.ids, skip_special_tokens=True))
-        finish = "stop" if result.ended else "length"
+        finish = "error" if result.failed else "stop" if result.ended else "length"
         found = [(text.index(s), s) for s in job.stop if s and s in text]
         keep = len(result.ids)
         if found:
@@ -587,6 +630,7 @@ class RowEngine:
             result.top[:keep],
             finish,
             result.weights_version,
+            result.failed,
         )
 
 

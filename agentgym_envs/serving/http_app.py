@@ -322,6 +322,12 @@ class Handler(BaseHTTPRequestHandler):
             self._stream_chat(request, prompt, jobs)
             return
         replies = _replies(server, jobs, request.tools, self._client_gone)
+        failed = next((r.failed for r in replies if r.failed), "")
+        if failed:  # a stream says finish_reason "error" instead (its status is sent)
+            raise BadRequest(
+                f"decoding could not follow the response_format schema: {failed}",
+                param="response_format",
+            )
         choices = [self._chat_choice(i, reply, request) for i, reply in enumerate(replies)]
         ids = request.sampling.return_token_ids
         tokens = (len(prompt), sum(len(r.ids) for r in replies))

@@ -151,6 +151,56 @@ def test_the_llm_reader_gets_readings_that_fit_its_schema(
     assert complete >= 1
 
 
+# a schema whose grammar llguidance compiles but cannot follow past '{"a": '
+MUTUAL = {
+    "type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}, "required": ["a"],
+    "$defs": {"n": {"$ref": "#/$defs/m"}, "m": {"$ref": "#/$defs/n"}},
+}  # fmt: skip
+
+
+def test_a_reply_that_leaves_its_grammar_is_an_error_never_a_stop(
+    served: tuple[ChatServer, str],
+) -> None:
+    """Found only while decoding: the plain reply is a 400 naming response_format, a
+    streamed choice ends with finish_reason "error"; never "stop" on invalid JSON."""
+    _, url = served
+    fmt = {"type": "json_schema", "json_schema": {"name": "m", "schema": MUTUAL}}
+    status, body = post(url, "/chat/completions", chat(seed=0, response_format=fmt))
+    assert status == 400, body
+    assert body["error"]["param"] == "response_format"
+    assert "could not follow" in body["error"]["message"]
+    events = sse(url, "/chat/completions", chat(seed=0, stream=True, response_format=fmt))
+    finish = [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]]
+    assert finish == ["error"]
+
+
+def test_rows_copy_the_matcher_the_request_compiled(served: tuple[ChatServer, str]) -> None:
+    """The grammar is compiled (and its first mask computed) on the request's thread;
+    each row of the shared batch only copies that matcher."""
+    server, _ = served
+    engine = server.engine
+    grammar = engine.json_grammar(SCHEMA)
+    assert engine.json_grammar(SCHEMA) is grammar  # cached
+    first, second = engine.matcher(grammar), engine.matcher(grammar)
+    assert first is not second and not first.is_error()
+    assert first.compute_bitmask() == second.compute_bitmask()
+
+
+def test_without_llguidance_the_answer_names_the_install(
+    served: tuple[ChatServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from agentgym_envs.serving.engine import RowEngine, SchemaError
+
+    server, _ = served
+    for name in [m for m in sys.modules if m == "llguidance" or m.startswith("llguidance.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "llguidance", None)  # import fails
+    with pytest.raises(SchemaError, match="pip install"):
+        RowEngine(server.lm).json_grammar(SCHEMA)
+
+
 @pytest.mark.parametrize(
     ("path", "extra", "says"),
     [
@@ -168,7 +218,42 @@ def test_the_llm_reader_gets_readings_that_fit_its_schema(
                 "tools": [{"type": "function", "function": {"name": "look"}}],
                 "tool_choice": "required",
             },
-            "cannot both",
+            "not both",
+        ),
+        (  # auto: a reply fitting the schema could still read as a call
+            "/chat/completions",
+            {
+                "response_format": FORMAT,
+                "tools": [{"type": "function", "function": {"name": "look"}}],
+            },
+            "not both",
+        ),
+        (  # it validates but the matcher cannot start
+            "/chat/completions",
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "schema": {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+                    },
+                }
+            },
+            "cannot be served",
+        ),
+        (
+            "/chat/completions",
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {f"p{i}": {"type": "string"} for i in range(2000)},
+                        }
+                    },
+                }
+            },
+            "at most 15000",
         ),
         ("/completions", {"prompt": "hi", "response_format": FORMAT}, "chat/completions only"),
     ],
