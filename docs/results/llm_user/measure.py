@@ -109,7 +109,9 @@ def serve(model: str) -> tuple[Any, str]:
     return start_server(model, device="cpu", model_id=model)
 
 
-def llm_kwargs(args: argparse.Namespace, url: str | None, mode: str, reader: str) -> dict[str, Any]:
+def llm_kwargs(
+    args: argparse.Namespace, url: str | None, mode: str, reader: str, structured: bool = True
+) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "user": "llm",
         "user_model": args.model,
@@ -121,6 +123,7 @@ def llm_kwargs(args: argparse.Namespace, url: str | None, mode: str, reader: str
             "max_tokens": args.max_tokens,
             "timeout_s": args.timeout_s,
             "retries": 0,  # a CPU-bound server: a retry would only queue the same work
+            "structured": structured,
         },
     }
     if url is not None:
@@ -137,11 +140,12 @@ def record(args: argparse.Namespace) -> None:
             for reader in args.readers:
                 for env_id, task_id in smoke_tasks():
                     for seed in args.seeds:
-                        kwargs = llm_kwargs(args, url, "record", reader)
+                        kwargs = llm_kwargs(args, url, "record", reader, args.structured)
                         row = play(env_id, task_id, seed, agent, **kwargs)
                         row.update(
-                            mode="live", reader=reader, draws=args.draws, max_tokens=args.max_tokens
-                        )
+                            mode="live", reader=reader, draws=args.draws,
+                            max_tokens=args.max_tokens, structured=args.structured,
+                        )  # fmt: skip
                         rows.append(row)
                         out.write_text(json.dumps(rows, indent=1) + "\n")
                         print(
@@ -177,9 +181,11 @@ def measure(args: argparse.Namespace) -> None:
                 rows.append({**row, "mode": "template", "reader": "-"})
     for rec in live:
         args.draws, args.max_tokens = rec["draws"], rec["max_tokens"]
-        kwargs = llm_kwargs(args, None, "replay", rec["reader"])
+        # rows recorded before the reader asked for a schema have no "structured"
+        structured = rec.get("structured", False)
+        kwargs = llm_kwargs(args, None, "replay", rec["reader"], structured)
         row = play(rec["env"], rec["task"], rec["seed"], rec["agent"], **kwargs)
-        row.update(mode="replay", reader=rec["reader"])
+        row.update(mode="replay", reader=rec["reader"], structured=structured)
         row["same_as_live"] = row["transcript"] == rec["transcript"]
         rows.append(row)
     rows += live
@@ -195,7 +201,10 @@ def measure(args: argparse.Namespace) -> None:
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["agent"], row["mode"], row["reader"]), []).append(row)
+        reader = row["reader"]
+        if reader == "llm":  # with the reading's schema as response_format, or without
+            reader = "llm+schema" if row.get("structured", False) else "llm, free text"
+        groups.setdefault((row["agent"], row["mode"], reader), []).append(row)
     out = []
     for (agent, mode, reader), group in sorted(groups.items()):
         by_task: dict[str, list[bool]] = {}
@@ -226,9 +235,23 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 else None,
                 "fallback": (sum(v["fallbacks"] for v in voice) / replies) if replies else None,
                 "failures": sum(v["failures"] for v in voice),
+                **_reader_counts(group),
             }
         )
     return out
+
+
+def _reader_counts(group: list[dict[str, Any]]) -> dict[str, Any]:
+    """The LLM reader's reads, those that fell back to the keyword reading (no reading
+    fit the schema and the message in its draws) and disagreements with the keywords."""
+    counts = [r["user_llm"]["reader"] for r in group if r.get("user_llm") and r["reader"] == "llm"]
+    if not counts:
+        return {"reads": None, "read_fallbacks": None, "disagreements": None}
+    return {
+        "reads": sum(c["reads"] for c in counts),
+        "read_fallbacks": sum(c["fallbacks"] for c in counts),
+        "disagreements": sum(c["disagreements"] for c in counts),
+    }
 
 
 def _fmt(value: Any) -> str:
@@ -240,11 +263,11 @@ def _fmt(value: Any) -> str:
 def table(summary: list[dict[str, Any]]) -> str:
     names = ["agent", "user", "reader", "episodes", "success", "env_error", "k", "pass^k"]
     names += ["sd over tasks", "voice replies", "first-draw pass", "fallback", "failures"]
-    names += ["replay = live"]
+    names += ["reads", "read fallbacks", "disagreements", "replay = live"]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
     keys = ["agent", "mode", "reader", "episodes", "success", "env_error", "k", "pass^k"]
     keys += ["task_success_sd", "voice_replies", "first_draw_pass", "fallback", "failures"]
-    keys += ["replay_same_as_live"]
+    keys += ["reads", "read_fallbacks", "disagreements", "replay_same_as_live"]
     for row in summary:
         lines.append("| " + " | ".join(_fmt(row[c]) for c in keys) + " |")
     return "\n".join(lines)
@@ -267,6 +290,12 @@ def main() -> None:
         "--record-out", default="live.json", help="record: the rows file (appended)"
     )
     parser.add_argument("--live", action="store_true", help="also play against the served model")
+    parser.add_argument(
+        "--structured",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record: the LLM reader asks for its schema as response_format",
+    )
     args = parser.parse_args()
     (record if args.command == "record" else measure)(args)
 
