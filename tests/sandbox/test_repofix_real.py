@@ -618,6 +618,17 @@ def test_the_shipped_splits_hold_projects_out_and_keep_functions_apart() -> None
     assert ood <= held_out and len(ood) >= 5  # a held-out project may give no task
 
 
+def test_the_shipped_set_spans_the_projects_the_issue_asks_for() -> None:
+    """At least 30 projects give tasks, every shipped task's project is pinned, and the
+    probes that grade them ship for each (docs/results/repofix_real)."""
+    tasks = _shipped()
+    projects = {t.spec["project"] for t in tasks}
+    assert len(projects) >= 30
+    assert projects <= {p.name for p in rp.load_projects()}
+    for name in projects:
+        assert real_tasks.graded_path(name).is_file(), name
+
+
 def test_no_shipped_report_quotes_its_bug() -> None:
     """The report of every shipped task is free of the mutated line and the mutation's
     kind (the files are re-mutated only for the tasks of projects already in the cache)."""
