@@ -31,6 +31,7 @@ from agentgym_envs.distributed.pool import RayEnvPool
 from agentgym_envs.distributed.resources import ActorResources, default_resources
 from agentgym_envs.distributed.results import Call
 from agentgym_envs.eval.bench import machinery_envs
+from agentgym_envs.integrations.extras import require
 from agentgym_envs.registration import families, find
 
 Episode = tuple[int, dict[str, Any], list[str]]  # seed, reset options, actions
@@ -195,6 +196,9 @@ def bench_ray(
 ) -> RayBench:
     """Start a one-node cluster with this machine's CPUs, run every figure on ``envs``
     (names or ids; None: :func:`default_envs`), end it."""
+    # before any `ray start`: the cluster's processes would outlive a driver that
+    # cannot import Ray (its disconnect imports it too)
+    require("ray", "ray", "dist", "agentgym bench --ray")
     cpus = os.cpu_count() or 1
     result = RayBench(machine=f"{platform.machine()} {platform.processor()}".strip(), cpus=cpus)
     cluster = LocalCluster([NodeSpec(num_cpus=cpus, object_store_mib=200)])
@@ -214,8 +218,10 @@ def bench_ray(
                 row.ratio = row.steps_per_s / base.steps_per_s
                 result.rows.append(row)
     finally:
-        cluster.disconnect()
-        cluster.stop()
+        try:
+            cluster.disconnect()
+        finally:
+            cluster.stop()  # whatever leaving it raised
     return result
 
 

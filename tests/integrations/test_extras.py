@@ -6,6 +6,7 @@ never a traceback. A missing extra is played by hiding its modules in a subproce
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -145,6 +146,25 @@ def test_the_cli_names_the_missing_extra(
     assert "Traceback" not in output, output[-3000:]
     assert _pip(extra) in " ".join(output.split()), output[-3000:]  # rich wraps lines
     assert "episode 1/" not in output, output[-3000:]  # refused before playing, not after
+    # nothing it started outlives it (bench --ray once left a `ray start` head running)
+    test = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+    assert not _started_by(test), f"processes outlived `agentgym {command}`"
+
+
+def _started_by(test: str) -> list[int]:
+    """Live processes that a command of ``test`` started (they inherit its
+    ``PYTEST_CURRENT_TEST``) other than this one."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(v.startswith(b"PYTEST_CURRENT_TEST=" + test.encode()) for v in env):
+            found.append(int(entry.name))
+    return found
 
 
 @pytest.mark.parametrize(
