@@ -17,7 +17,7 @@ arrive together as one batch through the local
 * a row may be constrained to one tool call (``tool_choice`` ``"required"`` or a named
   function): see :class:`ToolCallConstraint`;
 * a row may be constrained to JSON that fits a schema (``response_format``): see
-  :class:`SchemaConstraint`.
+  :class:`~.schema.SchemaConstraint`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym_envs.core.errors import ArgumentError, ClosedError
 from agentgym_envs.llm.generation import SamplingSettings
+from agentgym_envs.serving.schema import Grammars, SchemaConstraint
 from agentgym_envs.serving.work_queue import FairQueue, QueueStopped
 
 if TYPE_CHECKING:  # torch loads only when a server starts
@@ -44,16 +45,6 @@ if TYPE_CHECKING:  # torch loads only when a server starts
     from agentgym_envs.policies.hf import LocalLM
 
 logger = logging.getLogger(__name__)
-
-JSON_STYLE: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-"""How a schema-constrained reply is spaced (llguidance's JSON compile options)."""
-GRAMMAR_CACHE = 64  # compiled schemas an engine keeps
-MAX_SCHEMA_CHARS = 15_000  # of a response_format schema's JSON (OpenAI's own limit's order)
-
-
-class SchemaError(ValueError):
-    """A ``response_format`` schema the server cannot constrain decoding to."""
-
 
 TopLogprobs = list[tuple[int, float]]
 """The most likely ids at one position with their log-probabilities, best first."""
@@ -83,7 +74,7 @@ class RowJob:
     tool_names: tuple[str, ...] = ()
     """Non-empty: the reply must be one call of one of these tools."""
     grammar: str | None = None
-    """A compiled JSON-schema grammar (:meth:`RowEngine.json_grammar`): the reply must
+    """A compiled JSON-schema grammar (:meth:`.schema.Grammars.compile`): the reply must
     be one JSON value that fits the schema."""
     sink: Callable[[TokenStep], None] | None = field(default=None, compare=False)
     """Called with every token of this row as it is sampled (streaming)."""
@@ -289,51 +280,6 @@ class ToolCallConstraint:
             self._scan.feed_text(self._text[len(head) :])
 
 
-class SchemaConstraint:
-    """Constrains one row to one JSON value that fits a JSON schema (a request's
-    ``response_format``).
-
-    llguidance's matcher, built over the model's own tokenizer, says after every token
-    which tokens keep the text a prefix of some value that fits; once the value is
-    complete only an end-of-turn token is allowed. The JSON is compact (``", "`` and
-    ``": "`` separators, no other whitespace), so a small model cannot spend its tokens on
-    blank lines. Log-probabilities stay those of the unconstrained distribution.
-
-    Args:
-        matcher: a fresh llguidance matcher of the schema's grammar (a copy of the one
-            :meth:`RowEngine.json_grammar` built when the request came in).
-        size: the width of the model's logits.
-        eos: end-of-turn ids.
-    """
-
-    def __init__(self, matcher: Any, size: int, eos: Sequence[int]) -> None:
-        self._matcher = matcher
-        self._size, self._eos = size, sorted(eos)
-
-    @property
-    def error(self) -> str:
-        """Why the reply left the grammar ("" while it has not): a grammar the matcher
-        could not follow (a recursion past its limits), found only while decoding."""
-        return str(self._matcher.get_error()) if self._matcher.is_error() else ""
-
-    def rule(self) -> tuple[Any, list[int]]:
-        """``(allowed ids, banned ids)`` for the next token (see :class:`ServePicker`)."""
-        import numpy as np
-        import torch
-
-        matcher = self._matcher
-        if matcher.is_stopped() or matcher.is_error():
-            return self._eos, []  # complete, or failed (the reply says so: RowResult.failed)
-        bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), np.uint8), bitorder="little")
-        return torch.from_numpy(np.flatnonzero(bits[: self._size])), []
-
-    def advance(self, token: int) -> None:
-        """Account for the token the row sampled (an end-of-turn token once the value is
-        complete; a cancelled row's end token leaves the matcher, which nobody reads)."""
-        if not (self._matcher.is_stopped() or self._matcher.is_error()):
-            self._matcher.consume_token(token)
-
-
 # --------------------------------------------------------------------------- the picker
 
 
@@ -345,9 +291,7 @@ class ServePicker:
         device: where the logits live.
         eos: end-of-turn ids.
         vocab: needed when a job has ``tool_names``.
-        matchers: needed when a job has a ``grammar``: a fresh llguidance matcher of a
-            grammar (:meth:`RowEngine.matcher`).
-        vocab_size: the width of the logits (needed with ``matchers``).
+        grammars: needed when a job has a ``grammar`` (:attr:`RowEngine.grammars`).
         weights_version: the version of the weights sampling this batch (streamed
             tokens carry it).
     """
@@ -359,8 +303,7 @@ class ServePicker:
         eos: Sequence[int],
         vocab: Vocab | None = None,
         weights_version: int = 0,
-        matchers: Callable[[str], Any] | None = None,
-        vocab_size: int = 0,
+        grammars: Grammars | None = None,
     ) -> None:
         import torch
 
@@ -381,15 +324,14 @@ class ServePicker:
         """Per row: it was cancelled mid-batch (and stopped there)."""
         if any(j.tool_names for j in jobs) and vocab is None:
             raise ArgumentError("expected a vocabulary for tool-call constraints, got None")
-        if any(j.grammar for j in jobs) and matchers is None:
-            raise ArgumentError("expected grammar matchers for schema constraints, got None")
+        if any(j.grammar for j in jobs) and grammars is None:
+            raise ArgumentError("expected the compiled grammars for schema constraints, got None")
         self._rules: list[ToolCallConstraint | SchemaConstraint | None] = []
         for j in jobs:
             if j.tool_names and vocab is not None:
                 self._rules.append(ToolCallConstraint(j.tool_names, vocab, sorted(eos)))
-            elif j.grammar and matchers is not None:
-                matcher = matchers(j.grammar)
-                self._rules.append(SchemaConstraint(matcher, vocab_size, eos))
+            elif j.grammar and grammars is not None:
+                self._rules.append(grammars.constraint(j.grammar))
             else:
                 self._rules.append(None)
         self.top: list[list[TopLogprobs]] = [[] for _ in jobs]
@@ -484,10 +426,8 @@ class RowEngine:
         self.eos = eos_ids(lm)
         self._sampler: Sampler = Sampler(lm.model, eos_ids=self.eos, pad_id=lm.pad_id)
         self._vocab: Vocab | None = None
-        self._grammar_tokenizer: Any = None
-        self._grammars: dict[str, str] = {}  # schema JSON -> grammar
-        self._matchers: dict[str, Any] = {}  # grammar -> its compiled, unused matcher
-        self._lock = threading.Lock()
+        self.grammars = Grammars(lm.tokenizer, int(lm.model.config.vocab_size), self.eos)
+        """``response_format`` schemas compiled for this model (:mod:`.schema`)."""
 
     @property
     def vocab(self) -> Vocab:
@@ -495,87 +435,6 @@ class RowEngine:
         if self._vocab is None:
             self._vocab = Vocab(self.lm.tokenizer, self.vocab_size)
         return self._vocab
-
-    @property
-    def grammar_tokenizer(self) -> Any:
-        """The model's tokenizer as llguidance reads it (built on first use: about a
-        second).
-
-        Raises:
-            SchemaError: llguidance is not installed, or the tokenizer is not a fast one.
-        """
-        with self._lock:
-            if self._grammar_tokenizer is None:
-                try:
-                    import llguidance.hf
-                except ImportError:
-                    raise SchemaError(
-                        "response_format needs llguidance; install it with "
-                        "`pip install 'agentgym-envs[train]'` (or `pip install llguidance`)"
-                    ) from None
-                try:
-                    tokenizer: Any = self.lm.tokenizer  # a fast one, else ValueError
-                    self._grammar_tokenizer = llguidance.hf.from_tokenizer(
-                        tokenizer, n_vocab=self.vocab_size, eos_token=self.eos
-                    )
-                except ValueError as exc:
-                    raise SchemaError(
-                        f"response_format is not available for this model: {exc}"
-                    ) from None
-            return self._grammar_tokenizer
-
-    def json_grammar(self, schema: Mapping[str, Any]) -> str:
-        """The grammar of compact JSON fitting ``schema``, checked and compiled here (on
-        the request's own thread) into a matcher that rows copy (:meth:`matcher`), so a
-        costly schema costs its own request, never the shared batch. Cached per schema.
-
-        Raises:
-            SchemaError: the schema is too large, is not one llguidance can compile or
-                start, or llguidance is missing (see :attr:`grammar_tokenizer`).
-        """
-        text = json.dumps(schema)  # its order is the order the reply writes the keys in
-        if len(text) > MAX_SCHEMA_CHARS:
-            raise SchemaError(
-                f"the schema is {len(text)} characters of JSON; at most {MAX_SCHEMA_CHARS} "
-                "are served"
-            )
-        tokenizer = self.grammar_tokenizer  # first: it says how to install llguidance
-        import llguidance
-
-        with self._lock:
-            known = self._grammars.get(text)
-        if known is not None:
-            return known
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_STYLE)
-        except ValueError as exc:
-            raise SchemaError(f"the schema is not valid: {exc}") from None
-        problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
-        if problem:
-            raise SchemaError(f"the schema cannot be served: {problem}")
-        proto = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
-        proto.compute_bitmask()  # a grammar that cannot even start fails here
-        if proto.is_error():
-            raise SchemaError(f"the schema cannot be served: {proto.get_error()}")
-        proto.reset()
-        with self._lock:
-            if len(self._grammars) >= GRAMMAR_CACHE:
-                oldest = next(iter(self._grammars))
-                self._matchers.pop(self._grammars.pop(oldest), None)
-            self._grammars[text] = grammar
-            self._matchers[grammar] = proto
-        return grammar
-
-    def matcher(self, grammar: str) -> Any:
-        """A fresh matcher of ``grammar`` for one row: a copy of the compiled one (built
-        again only if the cache dropped it since the request came in)."""
-        import llguidance
-
-        with self._lock:
-            proto = self._matchers.get(grammar)
-        if proto is None:
-            return llguidance.LLMatcher(self.grammar_tokenizer, grammar, log_level=0)
-        return proto.deep_copy()
 
     @property
     def vocab_size(self) -> int:
@@ -590,11 +449,8 @@ class RowEngine:
         """Sample every job in one batch with the weights of ``weights_version`` (the
         label every result and streamed token gets; the caller holds the weights)."""
         vocab = self.vocab if any(j.tool_names for j in jobs) else None
-        matchers = self.matcher if any(j.grammar for j in jobs) else None
-        picker = ServePicker(
-            jobs, self._sampler.device, self.eos, vocab, weights_version, matchers,
-            self.vocab_size,
-        )  # fmt: skip
+        grammars = self.grammars if any(j.grammar for j in jobs) else None
+        picker = ServePicker(jobs, self._sampler.device, self.eos, vocab, weights_version, grammars)
         samples = self._sampler.generate(
             [j.prompt for j in jobs], [j.max_new for j in jobs], picker=picker
         )

@@ -18,6 +18,7 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from agentgym_envs.core.errors import SchemaError
 from agentgym_envs.llm.generation import SamplingSettings
 from agentgym_envs.policies.chat import derive_seed
 from agentgym_envs.serving.api import (
@@ -30,7 +31,7 @@ from agentgym_envs.serving.api import (
     prompt_chars,
     template_messages,
 )
-from agentgym_envs.serving.engine import Batcher, Reply, RowJob, RowResult, SchemaError
+from agentgym_envs.serving.engine import Batcher, Reply, RowJob, RowResult
 from agentgym_envs.serving.guard import check_post
 from agentgym_envs.serving.reply import (
     Chunks,
@@ -190,7 +191,7 @@ def _grammar(server: ChatServer, schema: Mapping[str, Any]) -> str:
     """The compiled grammar of a request's ``response_format`` schema (a 400 when the
     server cannot constrain decoding to it)."""
     try:
-        return server.engine.json_grammar(schema)
+        return server.engine.grammars.compile(schema)
     except SchemaError as exc:
         raise BadRequest(str(exc), param="response_format") from None
 

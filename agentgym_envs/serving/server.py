@@ -5,7 +5,7 @@ Built on the standard library (``http.server.ThreadingHTTPServer``). Endpoints:
 * ``GET /v1/models``: the one served model (with its ``weights_version``);
 * ``POST /v1/chat/completions``: ``messages``, ``tools``, ``tool_choice``,
   ``response_format`` (decoding constrained to a JSON schema:
-  :class:`~.engine.SchemaConstraint`), ``temperature``, ``top_p``, ``max_tokens``
+  :class:`~.schema.SchemaConstraint`), ``temperature``, ``top_p``, ``max_tokens``
   (or ``max_completion_tokens``), ``n``, ``seed``, ``stop``, ``logprobs``/``top_logprobs``,
   ``stream`` (with ``stream_options.include_usage``) and vLLM's ``return_token_ids``;
 * ``POST /v1/completions``: the same sampling fields for ``prompt`` given as text or as

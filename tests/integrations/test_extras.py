@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agentgym_envs.distributed.procs import marked
 from agentgym_envs.integrations import extras
 from tests.missing_modules import CLI, run_without
 from tests.plugin_support import ROOT
@@ -146,25 +147,10 @@ def test_the_cli_names_the_missing_extra(
     assert "Traceback" not in output, output[-3000:]
     assert _pip(extra) in " ".join(output.split()), output[-3000:]  # rich wraps lines
     assert "episode 1/" not in output, output[-3000:]  # refused before playing, not after
-    # nothing it started outlives it (bench --ray once left a `ray start` head running)
-    test = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
-    assert not _started_by(test), f"processes outlived `agentgym {command}`"
-
-
-def _started_by(test: str) -> list[int]:
-    """Live processes that a command of ``test`` started (they inherit its
-    ``PYTEST_CURRENT_TEST``) other than this one."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(v.startswith(b"PYTEST_CURRENT_TEST=" + test.encode()) for v in env):
-            found.append(int(entry.name))
-    return found
+    # nothing it started outlives it (bench --ray once left a `ray start` head running):
+    # what it started inherited this test's PYTEST_CURRENT_TEST
+    left = marked("PYTEST_CURRENT_TEST", os.environ["PYTEST_CURRENT_TEST"])
+    assert not left, f"processes outlived `agentgym {command}`: {left}"
 
 
 @pytest.mark.parametrize(

@@ -179,9 +179,9 @@ def test_rows_copy_the_matcher_the_request_compiled(served: tuple[ChatServer, st
     each row of the shared batch only copies that matcher."""
     server, _ = served
     engine = server.engine
-    grammar = engine.json_grammar(SCHEMA)
-    assert engine.json_grammar(SCHEMA) is grammar  # cached
-    first, second = engine.matcher(grammar), engine.matcher(grammar)
+    grammar = engine.grammars.compile(SCHEMA)
+    assert engine.grammars.compile(SCHEMA) is grammar  # cached
+    first, second = engine.grammars.matcher(grammar), engine.grammars.matcher(grammar)
     assert first is not second and not first.is_error()
     assert first.compute_bitmask() == second.compute_bitmask()
 
@@ -191,14 +191,15 @@ def test_without_llguidance_the_answer_names_the_install(
 ) -> None:
     import sys
 
-    from agentgym_envs.serving.engine import RowEngine, SchemaError
+    from agentgym_envs.core.errors import SchemaError
+    from agentgym_envs.serving.engine import RowEngine
 
     server, _ = served
     for name in [m for m in sys.modules if m == "llguidance" or m.startswith("llguidance.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "llguidance", None)  # import fails
     with pytest.raises(SchemaError, match="pip install"):
-        RowEngine(server.lm).json_grammar(SCHEMA)
+        RowEngine(server.lm).grammars.compile(SCHEMA)
 
 
 @pytest.mark.parametrize(
