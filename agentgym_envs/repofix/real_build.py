@@ -6,6 +6,13 @@ Command line::
 
     python -m agentgym_envs.repofix.real_build build [NAME ...] --per-project 150 \\
         --workers 2 --log build.log --funnel funnel.json
+    python -m agentgym_envs.repofix.real_build merge PART.jsonl.gz ... --out FILE \\
+        [--funnels PART.json ... --funnel funnel.json]
+
+A project's tasks depend on its own seeds only, so builds of disjoint projects (on other
+machines, or at other times) merge into the file one build of all of them writes:
+``merge`` orders them as the pinned list does and takes each project's graded probes
+from beside its part.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -36,6 +44,7 @@ from agentgym_envs.repofix.real_tasks import (
     Funnel,
     ProjectData,
     candidate,
+    graded_path,
     project_data,
     write_graded,
 )
@@ -206,6 +215,72 @@ def build(
     return written, [results[n].funnel for n in projects]
 
 
+def merge(
+    parts: Sequence[Path], out: Path, funnels: Sequence[Path] = (), funnel_out: Path | None = None
+) -> int:
+    """Merge task files that :func:`build` wrote for disjoint projects into ``out`` (the
+    graded probes too, from the folder beside each part), in the pinned list's order:
+    byte for byte what one build of all their projects writes. ``funnels``, the parts'
+    funnel files, merge into ``funnel_out`` the same way. The number of tasks written.
+
+    Raises:
+        ConfigError: a part that is not a RepoFixReal build, parts built with other
+            settings, a project in two parts or not pinned, or a part's probes missing.
+    """
+    from agentgym_envs.core.tasks import load_task_set
+
+    pinned = rp.load_projects()
+    order = {p.name: i for i, p in enumerate(pinned)}
+    header: dict[str, Any] | None = None
+    by_project: dict[str, tuple[Path, list[Task]]] = {}
+    for part in parts:
+        loaded = load_task_set(part.name, part.parent)
+        if loaded.name != "RepoFixReal" or loaded.header.get("generator") != "real_build.build":
+            raise ConfigError(f"{part} is not a task file real_build.build wrote")
+        settings = {k: v for k, v in loaded.header.items() if k not in ("format", "env")}
+        if header is not None and settings != header:
+            raise ConfigError(
+                f"{part} was built with {settings}, an earlier part with {header}: build "
+                "the parts with the same --per-project"
+            )
+        header = settings
+        mine: dict[str, list[Task]] = {}
+        for task in loaded.tasks:
+            mine.setdefault(task.spec["project"], []).append(task)
+        for name, tasks in mine.items():
+            if name in by_project:
+                raise ConfigError(f"{name}'s tasks are in {by_project[name][0]} and in {part}")
+            if name not in order:
+                raise ConfigError(f"{part} holds tasks of {name!r}, which is not pinned")
+            by_project[name] = (part, tasks)
+    if header is None:
+        raise ConfigError("merge needs at least one task file")
+    names = sorted(by_project, key=order.__getitem__)
+    probes_folder = out.parent / Path(PROBES_AT).name
+    probes_folder.mkdir(parents=True, exist_ok=True)
+    for name in names:  # the probes first: a task file is never left without them
+        source = graded_path(name, by_project[name][0].parent / Path(PROBES_AT).name)
+        if not source.is_file():
+            raise ConfigError(f"{name}'s graded probes are not beside its part ({source})")
+        target = probes_folder / source.name
+        if source.resolve() != target.resolve():
+            target.write_bytes(source.read_bytes())
+    tasks = [t for name in names for t in by_project[name][1]]
+    written = write_task_set(out, "RepoFixReal", header, tasks)
+    if funnel_out is not None:
+        rows: dict[str, dict[str, Any]] = {}
+        for path in funnels:
+            for row in json.loads(path.read_text()):
+                rows[row["project"]] = row  # a later part's funnel of a project wins
+        keys = {p.key: i for i, p in enumerate(pinned)}
+        unknown = sorted(set(rows) - set(keys))
+        if unknown:
+            raise ConfigError(f"the funnels name {unknown}, which are not pinned (name-version)")
+        ranked = sorted(rows.values(), key=lambda r: keys[r["project"]])
+        funnel_out.write_text(json.dumps(ranked, indent=1) + "\n")
+    return written
+
+
 def _graded_tests(spec: Mapping[str, Any]) -> list[str]:
     return [*spec["fail_to_pass"], *spec["pass_to_pass"]]
 
@@ -215,14 +290,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym_envs.console import ProgressLog
 
     parser = argparse.ArgumentParser(prog="python -m agentgym_envs.repofix.real_build")
-    parser.add_argument("command", choices=["build"])
-    parser.add_argument("names", nargs="*", help="pinned projects (default: all)")
+    parser.add_argument("command", choices=["build", "merge"])
+    parser.add_argument(
+        "names", nargs="*", help="build: pinned projects (default: all); merge: task files"
+    )
     parser.add_argument("--per-project", type=int, default=PER_PROJECT)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="task file (default: tasks root)")
     parser.add_argument("--funnel", type=Path, default=None, help="write the funnels here")
     parser.add_argument("--log", type=Path, default=None, help="progress log file")
+    parser.add_argument(
+        "--funnels", type=Path, nargs="*", default=[], help="merge: the parts' funnel files"
+    )
     args = parser.parse_args(argv)
+    if args.command == "merge":
+        if not args.names or args.out is None:
+            parser.error("merge needs the parts' task files and --out")
+        if bool(args.funnels) != (args.funnel is not None):
+            parser.error("merge takes --funnels and --funnel together")
+        try:
+            count = merge([Path(n) for n in args.names], args.out, args.funnels, args.funnel)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{count} tasks -> {args.out}")
+        return 0
     if args.per_project < 1 or args.workers < 1:
         parser.error("--per-project and --workers must be at least 1")
     with ProgressLog(args.log, echo=True) as progress:

@@ -730,7 +730,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="pinned project names (default: all)")
     parser.add_argument("--list", default=None, help="the pinned list (default: the shipped one)")
     parser.add_argument("--log", default=None, help="also append the progress lines here")
-    parser.add_argument("--out", default=None, help="baseline: write the results here")
+    parser.add_argument(
+        "--out", default=None,
+        help="baseline: write the results here (the entries of pinned projects not named "
+        "this time are kept from the file)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         projects = load_projects(args.list)
@@ -739,6 +743,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     results: dict[str, Any] = {}
+    earlier = Path(args.out) if args.out else None
+    if args.step == "baseline" and earlier is not None and earlier.is_file():
+        try:  # a baseline of some projects updates their entries
+            kept = json.loads(earlier.read_text())
+        except ValueError:
+            kept = None
+        if not isinstance(kept, dict):
+            print(f"error: {earlier} is not a baseline file; pass another --out", file=sys.stderr)
+            return 2
+        pinned = {p.name for p in projects}
+        results = {k: v for k, v in kept.items() if k in pinned}
     failed = 0
     with ProgressLog(args.log, echo=True) as log:
         for i, p in enumerate(chosen, start=1):

@@ -216,6 +216,16 @@ def test_the_baseline_command_writes_each_project_in_numbers(
     assert mini["version"] == "1.0" and mini["license"] == "MIT" and mini["problem"] == ""
     assert mini["stable"] >= 1 and mini["drifting"] == 0 and mini["drift_check"] == 2
     assert "0 drifting" in capsys.readouterr().out
+    # a baseline of some projects keeps the other pinned projects' entries, drops unpinned ones
+    other = {"name": "other", "version": "2.0", "sha256": "0" * 64, "license": "MIT"}
+    pins.write_text(pins.read_text() + json.dumps(other) + "\n")
+    out.write_text(json.dumps({"mini": {"stable": -1}, "gone": {}, "other": {"stable": 7}}))
+    assert rp.main(["baseline", "mini", "--list", str(pins), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["other"] == {"stable": 7}
+    assert set(json.loads(out.read_text())) == {"mini", "other"}
+    assert json.loads(out.read_text())["mini"]["stable"] == mini["stable"]
+    out.write_text("[]")
+    assert rp.main(["baseline", "mini", "--list", str(pins), "--out", str(out)]) == 2
 
 
 DRIFT = {  # a parametrised test whose list comes in another order in every process

@@ -129,10 +129,10 @@ def _clear_caches() -> None:
 
 @pytest.fixture
 def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Path]]:
-    """``serve(files)``: a project of the test's own (``files`` under ``name-version/``)
-    on a local index, pinned in a list of its own, with an empty cache; returns the
-    pinned list."""
-    yield lambda files: _serve(tmp_path, monkeypatch, files)
+    """``serve(files, ...)``: projects of the test's own (``files`` under
+    ``name-version/``) on a local index, pinned in a list of their own, with an empty
+    cache; returns the pinned list."""
+    yield lambda *projects: _serve(tmp_path, monkeypatch, *projects)
     _clear_caches()
 
 
@@ -155,19 +155,24 @@ def tally_inside(serve: Callable[..., Path]) -> Path:
     return serve(files)
 
 
-def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> Path:
-    folder = next(iter(files)).split("/")[0]  # name-version
-    name, version = folder.rsplit("-", 1)
-    archive = tmp_path / "files" / f"{folder}.tar.gz"
-    archive.parent.mkdir()
-    archive.write_bytes(sdist(files))
-    page = tmp_path / "index" / name / "index.html"
-    page.parent.mkdir(parents=True)
-    page.write_text(f'<a href="../../files/{folder}.tar.gz">{folder}.tar.gz</a>\n')
+def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *projects: dict[str, str]) -> Path:
+    """Each of ``projects`` (files under ``name-version/``) on one local index, pinned in
+    that order."""
     pins = tmp_path / "pins.jsonl"
-    line = {"name": name, "version": version, "license": "MIT",
-            "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}  # fmt: skip
-    pins.write_text(json.dumps(line) + "\n")
+    lines = []
+    for files in projects:
+        folder = next(iter(files)).split("/")[0]  # name-version
+        name, version = folder.rsplit("-", 1)
+        archive = tmp_path / "files" / f"{folder}.tar.gz"
+        archive.parent.mkdir(exist_ok=True)
+        archive.write_bytes(sdist(files))
+        page = tmp_path / "index" / name / "index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text(f'<a href="../../files/{folder}.tar.gz">{folder}.tar.gz</a>\n')
+        line = {"name": name, "version": version, "license": "MIT",
+                "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}  # fmt: skip
+        lines.append(json.dumps(line) + "\n")
+    pins.write_text("".join(lines))
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index").as_uri())
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(rp, "pinned_path", lambda: pins)
@@ -241,6 +246,51 @@ def test_the_build_gives_the_same_tasks_again_from_the_pinned_source(
     _build(second)
     for name in ("repofix_real.jsonl.gz", "repofix_real_probes/tally.json.gz"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def _renamed(files: dict[str, str], new: str) -> dict[str, str]:
+    """``files`` of tally as a project called ``new``, its package ``new`` too."""
+    return {
+        re.sub(r"\btally\b", new, path): re.sub(r"\btally\b", new, text)
+        for path, text in files.items()
+    }
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_builds_of_disjoint_projects_merge_into_the_file_one_build_of_all_writes(
+    serve: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Projects built apart (other machines, other days) and merged give the bytes of one
+    build of them all: tasks in the pinned order, each project's probes and funnel."""
+    serve(FILES, _renamed(FILES, "tallyb"))
+    whole, apart = tmp_path / "whole", tmp_path / "apart"
+    argv = ["--per-project", "4", "--log", str(tmp_path / "build.log")]
+    assert real_build.main(["build", *argv, "--out", str(whole / "repofix_real.jsonl.gz"),
+                            "--funnel", str(whole / "funnel.json")]) == 0  # fmt: skip
+    for name in ("tally", "tallyb"):
+        out = apart / name / "repofix_real.jsonl.gz"
+        assert real_build.main(["build", name, *argv, "--out", str(out),
+                                "--funnel", str(out.parent / "funnel.json")]) == 0  # fmt: skip
+    merged = tmp_path / "merged"
+    parts = [str(apart / n / "repofix_real.jsonl.gz") for n in ("tallyb", "tally")]
+    funnels = [str(apart / n / "funnel.json") for n in ("tallyb", "tally")]
+    out = ["--out", str(merged / "repofix_real.jsonl.gz")]
+    funnel = ["--funnels", *funnels, "--funnel", str(merged / "funnel.json")]
+    assert real_build.main(["merge", *parts, *out, *funnel]) == 0
+    projects = {t.spec["project"] for t in load_task_set("repofix_real.jsonl.gz", whole).tasks}
+    assert projects == {"tally", "tallyb"}
+    for name in ("repofix_real.jsonl.gz", "funnel.json", "repofix_real_probes/tally.json.gz",
+                 "repofix_real_probes/tallyb.json.gz"):  # fmt: skip
+        assert (whole / name).read_bytes() == (merged / name).read_bytes(), name
+    with pytest.raises(ConfigError, match="tally's tasks are in"):
+        real_build.merge([Path(parts[1]), Path(parts[1])], tmp_path / "twice.jsonl.gz")
+    twice = ["merge", parts[1], parts[1], "--out", str(tmp_path / "twice.jsonl.gz")]
+    assert real_build.main(twice) == 1  # an error line, no traceback
+    with pytest.raises(SystemExit) as usage:
+        real_build.main(["merge", parts[0]])  # no --out
+    assert usage.value.code == 2
 
 
 @pytest.mark.sandbox
