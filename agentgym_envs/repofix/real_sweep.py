@@ -124,6 +124,25 @@ def played(rows_file: Path, tasks: Sequence[Task]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def kept_rows(rows_file: Path, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """The rows of ``rows_file`` a sweep of ``tasks`` keeps, in the file's order: those
+    still valid for its tasks, and the whole rows of tasks it does not hold (a rows file
+    shared by sweeps of several task files keeps each one's rows)."""
+    valid = played(rows_file, tasks)
+    ids = {t.id for t in tasks}
+    out = []
+    for line in rows_file.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("task"), str):
+            continue
+        if row["task"] not in ids or valid.get(row["task"]) == row:
+            out.append(row)
+    return out
+
+
 def sample(tasks: Sequence[Task], count: int | None) -> list[str]:
     """``count`` task ids spread evenly over the task set (ordered by project and seed),
     or all of them."""
@@ -197,8 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = sample(tasks, args.sample)
     rows_file = args.rows or args.out.with_suffix(".rows.jsonl")
     done = played(rows_file, tasks)
-    if rows_file.is_file():  # drop torn and stale lines before appending
-        rows_file.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in done.values()))
+    if rows_file.is_file():  # drop torn lines and stale rows of these tasks before appending
+        kept = kept_rows(rows_file, tasks)
+        rows_file.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
     rows = [done[t] for t in chosen if t in done]
     todo = [t for t in chosen if t not in done]
     start = time.perf_counter()

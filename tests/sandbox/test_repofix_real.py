@@ -464,14 +464,18 @@ def test_the_sweep_plays_a_built_task_file_and_resumes_where_it_stopped(
     rows_file = out.with_suffix(".rows.jsonl")
     rows = rows_file.read_text().splitlines()
     assert len(rows) == len(tasks)
-    rows_file.write_text(rows[0] + "\n" + rows[1][:30])  # cut off mid-row
+    foreign = json.dumps({"digest": "0" * 16, "task": "repofix-real-other-1"})
+    # cut off mid-row, behind the row of a task of another task file sharing the rows file
+    rows_file.write_text(foreign + "\n" + rows[0] + "\n" + rows[1][:30])
     assert real_sweep.main(argv) == 0
+    assert rows_file.read_text().count(foreign) == 1  # the other file's row is kept
     assert "(1 played before" in (tmp_path / "sweep.log").read_text()
     again = json.loads(out.read_text())
     assert [r["task"] for r in again["rows"]] == [r["task"] for r in result["rows"]]
     assert again["summary"]["overall"] == overall
     assert [json.loads(r)["task"] for r in rows_file.read_text().splitlines()] == [
-        json.loads(r)["task"] for r in rows
+        "repofix-real-other-1",
+        *(json.loads(r)["task"] for r in rows),
     ]
 
 
