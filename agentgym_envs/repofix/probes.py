@@ -338,7 +338,13 @@ def record(
             f"recording the calls of {repo_root.name}'s tests failed (exit code "
             f"{result.exit_code}): {result.stdout[-2000:]}{result.stderr[-2000:]}"
         )
-    data: dict[str, Any] = json.loads(raw)
+    try:
+        data: dict[str, Any] = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(
+            f"recording the calls of {repo_root.name}'s tests wrote no valid calls.json "
+            f"({exc}); exit code {result.exit_code}: {result.stderr[-2000:]}"
+        ) from None
     return data
 
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -163,6 +164,13 @@ def build_project(name: str, per_project: int, tries: int) -> Built:
                     pool.setdefault(task["split"], set()).add(site.key)
     except ConfigError as exc:
         built.funnel.problem = str(exc)  # a project that failed is tried again next build
+    except Exception as exc:  # a fault of the build's own, found on this project: the
+        # other projects' builds go on (in a pool, it would end the whole build unwritten)
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        built.funnel.problem = (
+            f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno}; "
+            "a fault of the build, not of the project: please report it)"
+        )
     finally:
         if runner is not None:
             runner.close()

@@ -415,11 +415,17 @@ class Recorder:
                 call["self"], call["name"], args = encode(args[0], self.package), name, args[1:]
             call["args"] = [encode(a, self.package) for a in args]
             call["kwargs"] = [[k, encode(v, self.package)] for k, v in sorted(kwargs.items())]
-            self.calls.append(call)
         except Unencodable:
             self.left_out += 1
+            return
         finally:
             self._local.busy = False
+        try:  # an int past Python's 4,300 digits: json.dump of the calls would raise midway
+            json.dumps(call)
+        except ValueError:
+            self.left_out += 1
+        else:
+            self.calls.append(call)
 
 
 _RECORDER: Recorder | None = None
@@ -444,8 +450,11 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
     if _RECORDER is not None:
         covered = {k: sorted(v) for k, v in sorted(_RECORDER.covered.items())}
         data = {"calls": _RECORDER.calls, "left_out": _RECORDER.left_out, "covered": covered}
-        with open(os.path.join(os.environ["AGENTGYM_RESULTS_DIR"], "calls.json"), "w") as fh:
-            json.dump(data, fh)
+        path = os.path.join(os.environ["AGENTGYM_RESULTS_DIR"], "calls.json")
+        text = json.dumps(data)  # whole before written: a value it cannot write leaves no file
+        with open(path + ".tmp", "w") as fh:
+            fh.write(text)
+        os.replace(path + ".tmp", path)
 
 
 # -- replay ---------------------------------------------------------------------------------

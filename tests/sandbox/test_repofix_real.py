@@ -296,6 +296,53 @@ def test_builds_of_disjoint_projects_merge_into_the_file_one_build_of_all_writes
 @pytest.mark.sandbox
 @needs_bwrap
 @pytest.mark.timeout(300)
+def test_a_test_passing_an_int_too_long_to_write_is_recorded_without_that_call(
+    serve: Callable[..., Path], tmp_path: Path
+) -> None:
+    """semver's suite passes a 5,000-digit part to a constructor: the recording wrote half
+    a calls.json (json.dump raised midway) and the project's build failed on invalid
+    JSON. That call is left out; the others are recorded."""
+    files = {**FILES, "tally-1.0/tests/test_huge.py": (
+        "from tally import clamp\n\n\ndef test_huge():\n"
+        "    assert clamp(10**5000, 0, 10) == 10\n"
+    )}  # fmt: skip
+    serve(files)
+    data = real_tasks.project_data("tally")
+    tests = {p.test for p in data.probes}
+    assert "tests/test_huge.py::test_huge" not in tests
+    assert "tests/test_tally.py::test_mean" in tests
+    assert real_tasks.stored_probes(data.project)["left_out"] >= 1
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_fault_of_the_build_on_one_project_is_that_projects_line_not_the_builds_end(
+    serve: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception other than a ConfigError on one project ended a pooled build unwritten
+    after every other project had been built; it is now that project's problem."""
+    serve(FILES, _renamed(FILES, "tallyb"))
+    real_candidate = real_build.candidate
+
+    def candidate(data: Any, *args: Any) -> Any:
+        if data.project.name == "tallyb":
+            raise RuntimeError("a fault of the build")
+        return real_candidate(data, *args)
+
+    monkeypatch.setattr(real_build, "candidate", candidate)
+    out, log = tmp_path / "out" / "repofix_real.jsonl.gz", tmp_path / "build.log"
+    argv = ["build", "--per-project", "3", "--workers", "2", "--out", str(out), "--log", str(log)]
+    assert real_build.main(argv) == 1
+    assert "tallyb: 0 tasks of 0 seeds" in log.read_text()
+    assert "RuntimeError: a fault of the build" in log.read_text()
+    tasks = load_task_set(out.name, out.parent).tasks
+    assert tasks and {t.spec["project"] for t in tasks} == {"tally"}
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
 def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_tried(
     tally: Path, tmp_path: Path
 ) -> None:
