@@ -483,7 +483,9 @@ def stage(p: Project) -> Path:
     """
     final = cache_dir() / f"repos-v{STAGE_VERSION}" / p.cache_key
     if (final / "SOURCE.json").is_file():
-        return final
+        if _staged_as_pinned(p, final):
+            return final
+        _forget(p)  # the pin's layout changed since it was staged: stage and baseline again
     tree = source(p)
     found = layout(p, tree)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -522,6 +524,34 @@ def stage(p: Project) -> Path:
     finally:
         _remove(build)
     return final
+
+
+_LAYOUT_FIELDS = ("root", "packages", "tests", "license_file")
+
+
+def _staged_as_pinned(p: Project, repo: Path) -> bool:
+    """Whether the staged ``repo`` has the layout the pin now asks for (every layout field
+    the pin sets; the others were found in the archive)."""
+    info = json.loads((repo / "SOURCE.json").read_text())
+    for name in _LAYOUT_FIELDS:
+        want = getattr(p, name)
+        got = info.get(name)
+        if want and (tuple(got) if isinstance(got, list) else got) != want:
+            return False
+    return True
+
+
+def _forget(p: Project) -> None:
+    """Drop what the cache keeps of ``p`` that its layout decides (its staged repository,
+    baseline and recorded calls: every entry of a ``repos-``, ``baselines-`` or
+    ``probes-`` folder named after its cache key); its archive and unpacked source stay."""
+    for folder in cache_dir().glob("*-v*"):
+        if folder.name.split("-v")[0] in ("repos", "baselines", "probes"):
+            for entry in folder.glob(f"{p.cache_key}*"):
+                if entry.is_dir():
+                    _remove(entry)
+                else:
+                    entry.unlink()
 
 
 def hidden_tests(repo: Path) -> list[str]:

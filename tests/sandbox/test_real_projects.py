@@ -7,6 +7,7 @@ pinned list from the real index."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -333,6 +334,29 @@ def test_a_new_pin_of_the_same_version_never_reuses_the_old_files(index: Path) -
     assert second != first
     assert "b + a" in (second / "mini" / "__init__.py").read_text()
     assert "a + b" in (first / "mini" / "__init__.py").read_text()
+
+
+@needs_bwrap
+def test_a_pin_whose_layout_changed_is_staged_and_baselined_again(index: Path) -> None:
+    """funcy's pin listed test files but not the helper module one of them imports: its
+    baseline failed, and the pin, fixed, was never staged again (the stage is cached by
+    the archive's key alone, which a layout change keeps)."""
+    narrow = _pin(index, tests=("tests/test_mini.py",))
+    first = rp.stage(narrow)
+    assert json.loads((first / "SOURCE.json").read_text())["hidden"] == ["tests/test_mini.py"]
+    assert rp.stored_baseline(narrow).stable
+    assert rp.stage(narrow) == first  # the same pin: the staged copy is kept
+    recorded = rp.cache_dir() / "probes-v1" / f"{narrow.cache_key}.json"
+    recorded.parent.mkdir()
+    recorded.write_text("{}")  # what the calls' recording keeps, by the same key
+    wide = dataclasses.replace(narrow, tests=("tests",))
+    again = rp.stage(wide)
+    assert json.loads((again / "SOURCE.json").read_text())["hidden"] == ["tests"]
+    assert not recorded.exists()
+    baselines = list((rp.cache_dir() / f"baselines-v{rp.STAGE_VERSION}").iterdir())
+    assert baselines == []  # run again at the next use, on the new layout
+    assert rp.stored_baseline(wide).stable
+    assert (rp.cache_dir() / "archives").is_dir() and rp.stage(wide) == again
 
 
 def test_the_archive_whose_listed_hash_is_the_pin_is_taken(index: Path) -> None:
