@@ -29,7 +29,10 @@ Per project (the pinned sources of :mod:`real_projects`), built once into the ca
    data), and more calls go wrong than the report shows (hard-coding the reported
    answers is not a fix). A bug that adds a bare ``pass`` or ``return None`` to a
    project holding few such lines is dropped (a search for them would find it), and so
-   is one that fails the same tests the same way as a task kept before.
+   is one that fails the same tests the same way as a task kept before. Last, the calls
+   that will grade the task are replayed on the correct code as grading replays them
+   (alone, in order): they must give their expectations, or the oracle's fix could not
+   pass (an expectation depends on state calls replayed before it left).
 4. **The task**: the sites (re-applied at reset: the mutator is deterministic), the
    fail-to-pass and pass-to-pass tests, a digest of the probes that grade it, a bug
    report with a call that went wrong per bug (what was called, what came back, what
@@ -75,7 +78,7 @@ from agentgym_envs.sandbox.verify import TestRunner
 
 TASK_FILE = "sandbox/repofix_real.jsonl.gz"  # under the tasks root (gzip-packed)
 PROBES_VERSION = 1  # of the probe files in the cache
-TASKS_VERSION = 6  # of the per-project task results in the cache (the builder's rules)
+TASKS_VERSION = 7  # of the per-project task results in the cache (the builder's rules)
 CALLS_PER_TEST = 40
 MAX_EXPECTED_CHARS = 20_000  # a probe whose expectation is larger is left out
 OTHERS = 10  # stable tests that do not reach the bug, run with each candidate
@@ -365,6 +368,7 @@ class Funnel:
     thin: int = 0  # only the calls the report shows go wrong (they could be hard-coded)
     fingerprint: int = 0  # a bare pass/return None the project otherwise lacks gives it away
     duplicate: int = 0  # failed the same tests the same way as a task kept before
+    unfixable: int = 0  # the graded calls, replayed alone on the correct code, go wrong
     kept: int = 0
     stopped_early: bool = False  # under 10% kept after 100 seeds
     seconds: float = 0.0
@@ -534,6 +538,14 @@ def candidate(
     signature = hashlib.sha256(signature.encode()).hexdigest()
     if signature in seen:
         funnel.duplicate += 1
+        return None
+    # the oracle's fix is the correct code: replayed as grading replays them (these calls
+    # alone, in this order, in one process), they must give their expectations. They need
+    # not: an expectation was observed with every test's calls replayed before it, and a
+    # call can depend on state an earlier one left (boolean.py's BooleanAlgebra sets class
+    # attributes its Symbols' operators use)
+    if not probe_mod.compare(graded, _observe(data, runner, {}, graded, timeout_s)).ok:
+        funnel.unfixable += 1
         return None
     seen.update((key, signature))
     edits = [e for path in sorted(changed) for e in hunk_edits(path, changed[path], files[path])]

@@ -340,6 +340,73 @@ def test_a_fault_of_the_build_on_one_project_is_that_projects_line_not_the_build
     assert tasks and {t.spec["project"] for t in tasks} == {"tally"}
 
 
+STATEFUL_CODE = """
+
+class Sym:
+    NOT = None
+
+    def __init__(self, name):
+        self.name = name
+
+    def invert(self):
+        return self.NOT(self)
+
+
+class Not:
+    def __init__(self, sym):
+        self.sym = sym
+        self.depth = 1
+
+
+def setup():
+    Sym.NOT = Not
+    return 3
+"""
+STATEFUL_TESTS = """
+
+def test_setup():
+    from tally import setup
+
+    assert setup() == 3
+
+
+def test_invert():
+    from tally import Sym
+
+    assert Sym("a").invert().sym.name == "a"
+    assert Sym("b").invert().depth == 1
+    assert Sym("c").invert().sym.name == "c"
+"""
+STATEFUL = {  # tally, and calls whose results depend on state another test's call left
+    "tally-1.0/tally/__init__.py": CODE + STATEFUL_CODE,
+    "tally-1.0/tests/test_tally.py": TESTS + STATEFUL_TESTS,
+    "tally-1.0/LICENSE": "MIT License\n",
+}
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_no_task_is_kept_whose_graded_calls_fail_on_the_correct_code(
+    serve: Callable[..., Path], tmp_path: Path
+) -> None:
+    """boolean.py's 60 tasks were all kept and all unsolvable: an expectation was observed
+    after every test's calls (one set the class attribute the next ones use), and grading
+    replays a task's calls alone. The build now replays them so on the correct code."""
+    serve(STATEFUL)
+    out = tmp_path / "out" / "repofix_real.jsonl.gz"
+    _, funnels = real_build.build(["tally"], per_project=6, out=out, log=lambda _: None)
+    assert not funnels[0].problem, funnels[0].problem
+    assert funnels[0].unfixable >= 1  # the bugs in invert's path: unfixable by data
+    tasks = list(load_task_set(out.name, out.parent).tasks)
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=out.parent / "repofix_real_probes")
+    try:
+        for task in tasks:
+            assert _play(env, task, None)["outcome"] is Outcome.SUCCESS, task.id
+    finally:
+        env.close()
+
+
 @pytest.mark.sandbox
 @needs_bwrap
 @pytest.mark.timeout(300)

@@ -21,7 +21,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 REASONS = ["tried", "no_site", "repeated", "broke_suite", "hung", "undetected", "spilled"]
-REASONS += ["unseen", "site_unseen", "thin", "fingerprint", "duplicate", "kept"]
+REASONS += ["unseen", "site_unseen", "thin", "fingerprint", "duplicate", "unfixable", "kept"]
 LEVELS = ("easy", "medium", "hard")
 
 
@@ -39,7 +39,7 @@ def _tasks(path: Path) -> list[dict[str, Any]]:
 
 
 def funnel_table(funnels: list[dict[str, Any]]) -> list[str]:
-    total = {k: sum(f[k] for f in funnels) for k in REASONS}
+    total = {k: sum(f.get(k, 0) for f in funnels) for k in REASONS}  # older funnels lack some
     share = 100 * total["kept"] / max(total["tried"], 1)
     return [
         f"### Funnel, the {len(funnels)} projects of the build command",
