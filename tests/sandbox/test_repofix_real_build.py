@@ -1,0 +1,182 @@
+"""RepoFixReal's build across projects and its faults: builds of disjoint projects merge
+into one build's bytes, a fault on one project is that project's line, a call too long to
+write is left out of the recording, and no task is kept whose graded calls fail on the
+correct code. The projects are the test's own, served as in ``test_repofix_real``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgym_envs.core.errors import ConfigError
+from agentgym_envs.core.info import Outcome
+from agentgym_envs.core.tasks import load_task_set
+from agentgym_envs.repofix import real_build, real_tasks
+from agentgym_envs.repofix.real import RepoFixRealEnv
+from tests.sandbox.support import needs_bwrap
+from tests.sandbox.test_repofix_real import CODE, FILES, TESTS, _play, serve
+
+__all__ = ["serve"]  # the fixture, used by name
+
+
+def _renamed(files: dict[str, str], new: str) -> dict[str, str]:
+    """``files`` of tally as a project called ``new``, its package ``new`` too."""
+    return {
+        re.sub(r"\btally\b", new, path): re.sub(r"\btally\b", new, text)
+        for path, text in files.items()
+    }
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_builds_of_disjoint_projects_merge_into_the_file_one_build_of_all_writes(
+    serve: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Projects built apart (other machines, other days) and merged give the bytes of one
+    build of them all: tasks in the pinned order, each project's probes and funnel."""
+    serve(FILES, _renamed(FILES, "tallyb"))
+    whole, apart = tmp_path / "whole", tmp_path / "apart"
+    argv = ["--per-project", "4", "--log", str(tmp_path / "build.log")]
+    assert real_build.main(["build", *argv, "--out", str(whole / "repofix_real.jsonl.gz"),
+                            "--funnel", str(whole / "funnel.json")]) == 0  # fmt: skip
+    for name in ("tally", "tallyb"):
+        out = apart / name / "repofix_real.jsonl.gz"
+        assert real_build.main(["build", name, *argv, "--out", str(out),
+                                "--funnel", str(out.parent / "funnel.json")]) == 0  # fmt: skip
+    merged = tmp_path / "merged"
+    parts = [str(apart / n / "repofix_real.jsonl.gz") for n in ("tallyb", "tally")]
+    funnels = [str(apart / n / "funnel.json") for n in ("tallyb", "tally")]
+    to = ["--out", str(merged / "repofix_real.jsonl.gz")]
+    funnel = ["--funnels", *funnels, "--funnel", str(merged / "funnel.json")]
+    assert real_build.main(["merge", *parts, *to, *funnel]) == 0
+    projects = {t.spec["project"] for t in load_task_set("repofix_real.jsonl.gz", whole).tasks}
+    assert projects == {"tally", "tallyb"}
+    for name in ("repofix_real.jsonl.gz", "funnel.json", "repofix_real_probes/tally.json.gz",
+                 "repofix_real_probes/tallyb.json.gz"):  # fmt: skip
+        assert (whole / name).read_bytes() == (merged / name).read_bytes(), name
+    with pytest.raises(ConfigError, match="tally's tasks are in"):
+        real_build.merge([Path(parts[1]), Path(parts[1])], tmp_path / "twice.jsonl.gz")
+    twice = ["merge", parts[1], parts[1], "--out", str(tmp_path / "twice.jsonl.gz")]
+    assert real_build.main(twice) == 1  # an error line, no traceback
+    with pytest.raises(SystemExit) as usage:
+        real_build.main(["merge", parts[0]])  # no --out
+    assert usage.value.code == 2
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_test_passing_an_int_too_long_to_write_is_recorded_without_that_call(
+    serve: Callable[..., Path], tmp_path: Path
+) -> None:
+    """semver's suite passes a 5,000-digit part to a constructor: the recording wrote half
+    a calls.json (json.dump raised midway) and the project's build failed on invalid
+    JSON. That call is left out; the others are recorded."""
+    files = {**FILES, "tally-1.0/tests/test_huge.py": (
+        "from tally import clamp\n\n\ndef test_huge():\n"
+        "    assert clamp(10**5000, 0, 10) == 10\n"
+    )}  # fmt: skip
+    serve(files)
+    data = real_tasks.project_data("tally")
+    tests = {p.test for p in data.probes}
+    assert "tests/test_huge.py::test_huge" not in tests
+    assert "tests/test_tally.py::test_mean" in tests
+    assert real_tasks.stored_probes(data.project)["left_out"] >= 1
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_fault_of_the_build_on_one_project_is_that_projects_line_not_the_builds_end(
+    serve: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception other than a ConfigError on one project ended a pooled build unwritten
+    after every other project had been built; it is now that project's problem."""
+    serve(FILES, _renamed(FILES, "tallyb"))
+    real_candidate = real_build.candidate
+
+    def candidate(data: Any, *args: Any) -> Any:
+        if data.project.name == "tallyb":
+            raise RuntimeError("a fault of the build")
+        return real_candidate(data, *args)
+
+    monkeypatch.setattr(real_build, "candidate", candidate)
+    out, log = tmp_path / "out" / "repofix_real.jsonl.gz", tmp_path / "build.log"
+    argv = ["build", "--per-project", "3", "--workers", "2", "--out", str(out), "--log", str(log)]
+    assert real_build.main(argv) == 1
+    assert "tallyb: 0 tasks of 0 seeds" in log.read_text()
+    assert "RuntimeError: a fault of the build" in log.read_text()
+    tasks = load_task_set(out.name, out.parent).tasks
+    assert tasks and {t.spec["project"] for t in tasks} == {"tally"}
+
+
+STATEFUL_CODE = """
+
+class Sym:
+    NOT = None
+
+    def __init__(self, name):
+        self.name = name
+
+    def invert(self):
+        return self.NOT(self)
+
+
+class Not:
+    def __init__(self, sym):
+        self.sym = sym
+        self.depth = 1
+
+
+def setup():
+    Sym.NOT = Not
+    return 3
+"""
+STATEFUL_TESTS = """
+
+def test_setup():
+    from tally import setup
+
+    assert setup() == 3
+
+
+def test_invert():
+    from tally import Sym
+
+    assert Sym("a").invert().sym.name == "a"
+    assert Sym("b").invert().depth == 1
+    assert Sym("c").invert().sym.name == "c"
+"""
+STATEFUL = {  # tally, and calls whose results depend on state another test's call left
+    "tally-1.0/tally/__init__.py": CODE + STATEFUL_CODE,
+    "tally-1.0/tests/test_tally.py": TESTS + STATEFUL_TESTS,
+    "tally-1.0/LICENSE": "MIT License\n",
+}
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_no_task_is_kept_whose_graded_calls_fail_on_the_correct_code(
+    serve: Callable[..., Path], tmp_path: Path
+) -> None:
+    """boolean.py's 60 tasks were all kept and all unsolvable: an expectation was observed
+    after every test's calls (one set the class attribute the next ones use), and grading
+    replays a task's calls alone. The build now replays them so on the correct code."""
+    serve(STATEFUL)
+    out = tmp_path / "out" / "repofix_real.jsonl.gz"
+    _, funnels = real_build.build(["tally"], per_project=6, out=out, log=lambda _: None)
+    assert not funnels[0].problem, funnels[0].problem
+    assert funnels[0].unfixable >= 1  # the bugs in invert's path: unfixable by data
+    tasks = list(load_task_set(out.name, out.parent).tasks)
+    env = RepoFixRealEnv(tasks=tasks, probes_dir=out.parent / "repofix_real_probes")
+    try:
+        for task in tasks:
+            assert _play(env, task, None)["outcome"] is Outcome.SUCCESS, task.id
+    finally:
+        env.close()
