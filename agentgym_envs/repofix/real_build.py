@@ -4,10 +4,10 @@ task file and the graded probes written (the pipeline: :mod:`real_tasks`).
 
 Command line::
 
-    python -m agentgym_envs.repofix.real_build build [NAME ...] --per-project 150 \\
+    python -m agentgym_envs.repofix.real_build build [NAME ...] --per-project 60 \\
         --workers 2 --log build.log --funnel funnel.json
     python -m agentgym_envs.repofix.real_build merge PART.jsonl.gz ... --out FILE \\
-        [--funnels PART.json ... --funnel funnel.json]
+        [--funnels PART.json ... --funnel funnel.json] [--replace]
 
 A project's tasks depend on its own seeds only, so builds of disjoint projects (on other
 machines, or at other times) merge into the file one build of all of them writes:
@@ -191,6 +191,8 @@ def build(
     tasks and the funnels. One progress line per project goes to ``log``."""
     projects = [p.name for p in rp.load_projects()] if not names else list(names)
     tries = per_project * TRIES_PER_TASK
+    # a pin's own number of tasks wins over --per-project; its seeds grow with it
+    wanted = {n: rp.project(n).tasks or per_project for n in projects}
     results: dict[str, Built] = {}
     start = time.perf_counter()
 
@@ -205,10 +207,13 @@ def build(
 
     if workers <= 1:
         for name in projects:
-            done(name, build_project(name, per_project, tries))
+            done(name, build_project(name, wanted[name], wanted[name] * TRIES_PER_TASK))
     else:
         with ProcessPoolExecutor(workers) as pool:
-            futures = {pool.submit(build_project, n, per_project, tries): n for n in projects}
+            futures = {
+                pool.submit(build_project, n, wanted[n], wanted[n] * TRIES_PER_TASK): n
+                for n in projects
+            }
             for future in as_completed(futures):
                 done(futures[future], future.result())
     tasks = [Task.from_json(t) for n in projects for t in results[n].tasks]
@@ -224,16 +229,24 @@ def build(
 
 
 def merge(
-    parts: Sequence[Path], out: Path, funnels: Sequence[Path] = (), funnel_out: Path | None = None
+    parts: Sequence[Path],
+    out: Path,
+    funnels: Sequence[Path] = (),
+    funnel_out: Path | None = None,
+    *,
+    replace: bool = False,
 ) -> int:
     """Merge task files that :func:`build` wrote for disjoint projects into ``out`` (the
     graded probes too, from the folder beside each part), in the pinned list's order:
     byte for byte what one build of all their projects writes. ``funnels``, the parts'
-    funnel files, merge into ``funnel_out`` the same way. The number of tasks written.
+    funnel files, merge into ``funnel_out`` the same way. With ``replace``, a project in
+    a later part replaces its tasks of an earlier one (a project built again, or toward
+    more tasks, joined to the set it was in). The number of tasks written.
 
     Raises:
         ConfigError: a part that is not a RepoFixReal build, parts built with other
-            settings, a project in two parts or not pinned, or a part's probes missing.
+            settings, a project in two parts (without ``replace``) or not pinned, or a
+            part's probes missing.
     """
     from agentgym_envs.core.tasks import load_task_set
 
@@ -256,8 +269,11 @@ def merge(
         for task in loaded.tasks:
             mine.setdefault(task.spec["project"], []).append(task)
         for name, tasks in mine.items():
-            if name in by_project:
-                raise ConfigError(f"{name}'s tasks are in {by_project[name][0]} and in {part}")
+            if name in by_project and not replace:
+                raise ConfigError(
+                    f"{name}'s tasks are in {by_project[name][0]} and in {part} (--replace: "
+                    "the later part's tasks of a project replace the earlier part's)"
+                )
             if name not in order:
                 raise ConfigError(f"{part} holds tasks of {name!r}, which is not pinned")
             by_project[name] = (part, tasks)
@@ -302,7 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "names", nargs="*", help="build: pinned projects (default: all); merge: task files"
     )
-    parser.add_argument("--per-project", type=int, default=PER_PROJECT)
+    parser.add_argument(
+        "--per-project", type=int, default=PER_PROJECT,
+        help=f"tasks per project where its pin gives no 'tasks' (default {PER_PROJECT})",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="task file (default: tasks root)")
     parser.add_argument("--funnel", type=Path, default=None, help="write the funnels here")
@@ -310,6 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--funnels", type=Path, nargs="*", default=[], help="merge: the parts' funnel files"
     )
+    parser.add_argument(
+        "--replace", action="store_true",
+        help="merge: a project's tasks in a later part replace those in an earlier one",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "merge":
         if not args.names or args.out is None:
@@ -317,7 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bool(args.funnels) != (args.funnel is not None):
             parser.error("merge takes --funnels and --funnel together")
         try:
-            count = merge([Path(n) for n in args.names], args.out, args.funnels, args.funnel)
+            count = merge(
+                [Path(n) for n in args.names], args.out, args.funnels, args.funnel,
+                replace=args.replace,
+            )  # fmt: skip
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -326,10 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.per_project < 1 or args.workers < 1:
         parser.error("--per-project and --workers must be at least 1")
     with ProgressLog(args.log, echo=True) as progress:
-        count, funnels = build(
-            args.names, per_project=args.per_project, workers=args.workers, out=args.out,
-            log=progress.line,
-        )  # fmt: skip
+        try:
+            count, funnels = build(
+                args.names, per_project=args.per_project, workers=args.workers, out=args.out,
+                log=progress.line,
+            )  # fmt: skip
+        except ConfigError as exc:  # a name that is not pinned, a pin that is not valid
+            progress.line(f"error: {exc}")
+            return 1
         progress.line(f"{count} tasks -> {args.out or tasks_root() / TASK_FILE}")
     if args.funnel is not None:
         args.funnel.write_text(json.dumps([f.to_json() for f in funnels], indent=1) + "\n")

@@ -81,6 +81,8 @@ class Project:
         license_file: the license's path in the archive (default: found).
         split: ``ood`` holds the project out: its tasks form the ``ood`` split and no
             ``train`` or ``test`` task comes from it ("" for the others).
+        tasks: how many tasks a build keeps of it, where that is not the build's
+            ``--per-project`` (0): a project whose bugs its tests see well can give more.
     """
 
     name: str
@@ -92,6 +94,7 @@ class Project:
     tests: tuple[str, ...] = ()
     license_file: str = ""
     split: str = ""
+    tasks: int = 0
 
     @property
     def key(self) -> str:
@@ -143,6 +146,12 @@ def load_projects(path: str | Path | None = None) -> list[Project]:
         if data.get("split", "") not in ("", "ood"):
             raise ConfigError(
                 f'{where}: split must be "ood" (held out) or left out, got {data["split"]!r}'
+            )
+        tasks = data.get("tasks", 0)
+        if type(tasks) is not int or tasks < 0:
+            raise ConfigError(
+                f"{where}: tasks must be a whole number of tasks to build from the project "
+                f"(or left out for the build's --per-project), got {tasks!r}"
             )
         for many in ("packages", "tests"):
             data[many] = tuple(data.get(many) or ())

@@ -279,6 +279,14 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
     few = _build(tmp_path / "few", per_project=2)
     assert few == whole[:2]
     assert _build(tmp_path / "more") == whole
+    pin = json.loads(tally.read_text())
+    tally.write_text(json.dumps({**pin, "tasks": 3}) + "\n")  # the pin's own number wins
+    assert _build(tmp_path / "pinned", per_project=6) == whole[:3]
+    tally.write_text(json.dumps({**pin, "tasks": "3"}) + "\n")
+    bad = [*argv[:2], "--out", str(tmp_path / "bad.jsonl.gz"), "--log", str(log)]
+    assert real_build.main(bad) == 1
+    assert "tasks must be a whole number of tasks" in log.read_text()
+    tally.write_text(json.dumps(pin) + "\n")
     data = real_tasks.project_data("tally")
     files = real_tasks.package_files("tally")
     every = sorted(s.key for path in files for s in find_sites(files[path], path))

@@ -5,6 +5,7 @@ correct code. The projects are the test's own, served as in ``test_repofix_real`
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.core.tasks import load_task_set
 from agentgym_envs.repofix import real_build, real_tasks
+from agentgym_envs.repofix import real_projects as rp
 from agentgym_envs.repofix.real import RepoFixRealEnv
 from tests.sandbox.support import needs_bwrap
 from tests.sandbox.test_repofix_real import CODE, FILES, TESTS, _play, serve
@@ -63,6 +65,28 @@ def test_builds_of_disjoint_projects_merge_into_the_file_one_build_of_all_writes
         real_build.merge([Path(parts[1]), Path(parts[1])], tmp_path / "twice.jsonl.gz")
     twice = ["merge", parts[1], parts[1], "--out", str(tmp_path / "twice.jsonl.gz")]
     assert real_build.main(twice) == 1  # an error line, no traceback
+    # tally grown to 5 tasks by its pin and built alone replaces its 4 in the whole set:
+    # the bytes of a build of both with that pin
+    pins = rp.pinned_path()
+    lines = [json.loads(line) for line in pins.read_text().splitlines()]
+    pins.write_text("".join(json.dumps({**p, "tasks": 5} if p["name"] == "tally" else p) + "\n"
+                            for p in lines))  # fmt: skip
+    grown, again = tmp_path / "grown", tmp_path / "again"
+    assert real_build.main(["build", "tally", *argv, "--out", str(grown / "repofix_real.jsonl.gz"),
+                            "--funnel", str(grown / "funnel.json")]) == 0  # fmt: skip
+    assert real_build.main(["build", *argv, "--out", str(again / "repofix_real.jsonl.gz"),
+                            "--funnel", str(again / "funnel.json")]) == 0  # fmt: skip
+    joined = tmp_path / "joined"
+    assert real_build.main([
+        "merge", str(whole / "repofix_real.jsonl.gz"), str(grown / "repofix_real.jsonl.gz"),
+        "--out", str(joined / "repofix_real.jsonl.gz"), "--replace", "--funnels",
+        str(whole / "funnel.json"), str(grown / "funnel.json"),
+        "--funnel", str(joined / "funnel.json"),
+    ]) == 0  # fmt: skip
+    tasks = load_task_set("repofix_real.jsonl.gz", joined).tasks
+    assert sum(t.spec["project"] == "tally" for t in tasks) == 5
+    for name in ("repofix_real.jsonl.gz", "funnel.json", "repofix_real_probes/tally.json.gz"):
+        assert (again / name).read_bytes() == (joined / name).read_bytes(), name
     with pytest.raises(SystemExit) as usage:
         real_build.main(["merge", parts[0]])  # no --out
     assert usage.value.code == 2
