@@ -185,14 +185,20 @@ def build(
     workers: int = 1,
     out: Path | None = None,
     log: Callable[[str], None] = print,
+    limit: int | None = None,
 ) -> tuple[int, list[Funnel]]:
     """Build the task set of the named projects (default: every pinned project), write
     it (``out``, default the tasks root's :data:`TASK_FILE`) and return the number of
-    tasks and the funnels. One progress line per project goes to ``log``."""
+    tasks and the funnels. One progress line per project goes to ``log``.
+
+    A project gives ``per_project`` tasks, or the number its pin asks for (``tasks``);
+    ``limit`` caps both (a quick build of a few of each project's first tasks)."""
     projects = [p.name for p in rp.load_projects()] if not names else list(names)
     tries = per_project * TRIES_PER_TASK
     # a pin's own number of tasks wins over --per-project; its seeds grow with it
     wanted = {n: rp.project(n).tasks or per_project for n in projects}
+    if limit is not None:
+        wanted = {n: min(w, limit) for n, w in wanted.items()}
     results: dict[str, Built] = {}
     start = time.perf_counter()
 
@@ -217,7 +223,11 @@ def build(
             for future in as_completed(futures):
                 done(futures[future], future.result())
     tasks = [Task.from_json(t) for n in projects for t in results[n].tasks]
-    header = {"generator": "real_build.build", "per_project": per_project, "tries": tries}
+    header: dict[str, Any] = {
+        "generator": "real_build.build", "per_project": per_project, "tries": tries
+    }  # fmt: skip
+    if limit is not None:
+        header["limit"] = limit
     target = out or tasks_root() / TASK_FILE
     probes_folder = target.parent / Path(PROBES_AT).name
     for name in projects:  # the probes first: a task file is never left without them
@@ -322,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--per-project", type=int, default=PER_PROJECT,
         help=f"tasks per project where its pin gives no 'tasks' (default {PER_PROJECT})",
     )  # fmt: skip
+    parser.add_argument(
+        "--limit", type=int, default=None,
+        help="at most this many tasks of any project, whatever its pin asks for",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="task file (default: tasks root)")
     parser.add_argument("--funnel", type=Path, default=None, help="write the funnels here")
@@ -349,13 +363,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"{count} tasks -> {args.out}")
         return 0
-    if args.per_project < 1 or args.workers < 1:
-        parser.error("--per-project and --workers must be at least 1")
+    if args.per_project < 1 or args.workers < 1 or (args.limit is not None and args.limit < 1):
+        parser.error("--per-project, --limit and --workers must be at least 1")
     with ProgressLog(args.log, echo=True) as progress:
         try:
             count, funnels = build(
                 args.names, per_project=args.per_project, workers=args.workers, out=args.out,
-                log=progress.line,
+                log=progress.line, limit=args.limit,
             )  # fmt: skip
         except ConfigError as exc:  # a name that is not pinned, a pin that is not valid
             progress.line(f"error: {exc}")

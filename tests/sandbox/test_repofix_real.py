@@ -282,6 +282,9 @@ def test_a_build_resumes_at_the_seed_it_stopped_and_grows_from_the_seeds_it_trie
     pin = json.loads(tally.read_text())
     tally.write_text(json.dumps({**pin, "tasks": 3}) + "\n")  # the pin's own number wins
     assert _build(tmp_path / "pinned", per_project=6) == whole[:3]
+    out = tmp_path / "limited" / "repofix_real.jsonl.gz"  # and --limit caps it
+    assert real_build.build(["tally"], per_project=6, limit=2, out=out, log=lambda _: None)[0] == 2
+    assert load_task_set(out.name, out.parent).header["limit"] == 2
     tally.write_text(json.dumps({**pin, "tasks": "3"}) + "\n")
     bad = [*argv[:2], "--out", str(tmp_path / "bad.jsonl.gz"), "--log", str(log)]
     assert real_build.main(bad) == 1
@@ -726,8 +729,9 @@ def test_a_clean_checkout_builds_a_shipped_projects_first_tasks_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The default run's build of a real project: pyhumps from its pinned archive (the
-    only download) and an empty cache, three tasks per project, gives the first three
-    of its shipped tasks (seeds are tried in order, so a smaller build is a prefix)."""
+    only download) and an empty cache, limited to three tasks per project, gives the
+    first three of its shipped tasks (seeds are tried in order, so a smaller build is a
+    prefix)."""
     kept = rp.cache_dir() / "archives"  # the archive only, where this machine keeps it
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
     archives = rp.cache_dir() / "archives"
@@ -736,8 +740,8 @@ def test_a_clean_checkout_builds_a_shipped_projects_first_tasks_again(
         shutil.copy(cached, archives / cached.name)  # verified by its pinned hash on use
     _clear_caches()
     real_build.build(
-        ["pyhumps"], per_project=3, out=tmp_path / "repofix_real.jsonl.gz", log=lambda _: None
-    )
+        ["pyhumps"], limit=3, out=tmp_path / "repofix_real.jsonl.gz", log=lambda _: None
+    )  # its pin asks for more: --limit caps every project
     _clear_caches()
     again = list(load_task_set("repofix_real.jsonl.gz", tmp_path).tasks)
     shipped = [t for t in _shipped() if t.spec["project"] == "pyhumps"]
