@@ -116,6 +116,30 @@ def test_a_test_passing_an_int_too_long_to_write_is_recorded_without_that_call(
 @pytest.mark.sandbox
 @needs_bwrap
 @pytest.mark.timeout(300)
+def test_a_recording_that_ran_no_test_is_the_projects_problem_not_zero_tasks(
+    serve: Callable[..., Path], tmp_path: Path
+) -> None:
+    """w3lib's tests/test_util.py checks the warning that importing a deprecated module
+    gives; the recorder wraps the package's modules first, so no warning came, the test
+    module's collection failed and pytest ran nothing (exit code 2). The recording was
+    taken as a run with failing tests: no call, no task, and no word of why."""
+    files = {**FILES, "tally-1.0/tally/old.py": (
+        "import warnings\n\nwarnings.warn('tally.old is deprecated', DeprecationWarning)\n"
+    ), "tally-1.0/tests/test_old.py": (
+        "import pytest\n\nwith pytest.warns(DeprecationWarning):\n    import tally.old\n\n\n"
+        "def test_old():\n    assert tally.old\n"
+    )}  # fmt: skip
+    serve(files)
+    out, log = tmp_path / "out" / "repofix_real.jsonl.gz", tmp_path / "build.log"
+    argv = ["build", "tally", "--per-project", "2", "--out", str(out), "--log", str(log)]
+    assert real_build.main(argv) == 1
+    assert "recording the calls of tally-1.0" in log.read_text()
+    assert "exit code 2" in log.read_text()
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
 def test_a_fault_of_the_build_on_one_project_is_that_projects_line_not_the_builds_end(
     serve: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
