@@ -6,6 +6,7 @@ import json
 import math
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,22 +141,38 @@ def _tensorboard_scalars(folder: Path) -> dict[str, dict[int, float]]:
 
 
 def _wandb_history(run_dir: Path) -> list[dict[str, Any]]:
-    """The history rows of the one offline W&B run under ``run_dir/wandb``, decoded with
-    wandb's own protobuf ``Record``. The .wandb file is W&B's transaction log: a 7-byte
+    """The history rows of the one offline W&B run under ``run_dir/wandb``, once its
+    transaction log holds the run's exit record. ``run.finish()`` returns when the run is
+    done, but W&B's service writes the log's last frames when it closes the run's stream,
+    a moment later: on a loaded machine the log was read before them (no history at all).
+    """
+    (path,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    deadline = time.monotonic() + 120  # a bound on the wait, not a timing under test
+    rows, done = _wandb_log(path.read_bytes())
+    while not done and time.monotonic() < deadline:
+        time.sleep(0.2)
+        rows, done = _wandb_log(path.read_bytes())
+    assert done, f"the W&B run's exit record never reached {path}"
+    return rows
+
+
+def _wandb_log(data: bytes) -> tuple[list[dict[str, Any]], bool]:
+    """The history rows of a W&B transaction log, decoded with wandb's own protobuf
+    ``Record``, and whether it holds the run's exit record. The .wandb file is a 7-byte
     header (":W&B", magic, version), then LevelDB-log frames (crc32, length, type) in
-    32 KiB blocks."""
+    32 KiB blocks; a frame not yet written whole ends the reading."""
     from wandb.proto import wandb_internal_pb2
 
-    (path,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
-    data = path.read_bytes()
     assert data[:4] == b":W&B"
     rows: list[dict[str, Any]] = []
-    pos, pending = 7, b""
+    pos, pending, done = 7, b"", False
     while pos + 7 <= len(data):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a frame header is padding
             pos += 32768 - pos % 32768
             continue
         length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        if pos + 7 + length > len(data):
+            break
         pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         assert kind in WANDB_FRAMES, f"unexpected frame type {kind} at {pos}"
@@ -163,12 +180,14 @@ def _wandb_history(run_dir: Path) -> list[dict[str, Any]]:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
             pending = b""
-            if record.WhichOneof("record_type") == "history":
+            what = record.WhichOneof("record_type")
+            done = done or what == "exit"
+            if what == "history":
                 items = record.history.item
                 rows.append(
                     {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
                 )
-    return rows
+    return rows, done
 
 
 def test_tensorboard_gets_every_numeric_record(tmp_path: Path) -> None:
