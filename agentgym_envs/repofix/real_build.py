@@ -178,6 +178,26 @@ def build_project(name: str, per_project: int, tries: int) -> Built:
     return built
 
 
+def tasks_wanted(p: rp.Project, per_project: int, limit: int | None = None) -> int:
+    """How many tasks a build keeps of ``p`` at most: its pin's own number (``tasks``),
+    else ``per_project``; ``limit`` caps either."""
+    wanted = p.tasks or per_project
+    return wanted if limit is None else min(wanted, limit)
+
+
+def _header(per_project: int, limit: int | None, wanted: Mapping[str, int]) -> dict[str, Any]:
+    """A task file's header: the settings, the projects built (pinned order) and the
+    number of tasks each was built toward where it is not ``per_project``."""
+    order = {p.name: i for i, p in enumerate(rp.load_projects())}
+    names = sorted(wanted, key=lambda n: order.get(n, len(order)))
+    header: dict[str, Any] = {"generator": "real_build.build", "per_project": per_project}
+    if limit is not None:
+        header["limit"] = limit
+    header["projects"] = names
+    header["tasks"] = {n: wanted[n] for n in names if wanted[n] != per_project}
+    return header
+
+
 def build(
     names: Sequence[str] | None = None,
     *,
@@ -193,12 +213,11 @@ def build(
 
     A project gives ``per_project`` tasks, or the number its pin asks for (``tasks``);
     ``limit`` caps both (a quick build of a few of each project's first tasks)."""
+    for number, what in ((per_project, "per_project"), (limit, "limit")):
+        if number is not None and (type(number) is not int or number < 1):
+            raise ConfigError(f"{what} must be a whole number of tasks, at least 1: {number!r}")
     projects = [p.name for p in rp.load_projects()] if not names else list(names)
-    tries = per_project * TRIES_PER_TASK
-    # a pin's own number of tasks wins over --per-project; its seeds grow with it
-    wanted = {n: rp.project(n).tasks or per_project for n in projects}
-    if limit is not None:
-        wanted = {n: min(w, limit) for n, w in wanted.items()}
+    wanted = {n: tasks_wanted(rp.project(n), per_project, limit) for n in projects}
     results: dict[str, Built] = {}
     start = time.perf_counter()
 
@@ -223,11 +242,7 @@ def build(
             for future in as_completed(futures):
                 done(futures[future], future.result())
     tasks = [Task.from_json(t) for n in projects for t in results[n].tasks]
-    header: dict[str, Any] = {
-        "generator": "real_build.build", "per_project": per_project, "tries": tries
-    }  # fmt: skip
-    if limit is not None:
-        header["limit"] = limit
+    header = _header(per_project, limit, {n: wanted[n] for n in projects})
     target = out or tasks_root() / TASK_FILE
     probes_folder = target.parent / Path(PROBES_AT).name
     for name in projects:  # the probes first: a task file is never left without them
@@ -248,69 +263,99 @@ def merge(
 ) -> int:
     """Merge task files that :func:`build` wrote for disjoint projects into ``out`` (the
     graded probes too, from the folder beside each part), in the pinned list's order:
-    byte for byte what one build of all their projects writes. ``funnels``, the parts'
-    funnel files, merge into ``funnel_out`` the same way. With ``replace``, a project in
-    a later part replaces its tasks of an earlier one (a project built again, or toward
-    more tasks, joined to the set it was in). The number of tasks written.
+    byte for byte what one build of all their projects writes with the pins as they are.
+    ``funnels``, the parts' funnel files (one per part, in the same order), merge into
+    ``funnel_out`` the same way. With ``replace``, a project a later part built replaces
+    it in the earlier ones (a project built again, or toward more tasks), even with no
+    task. The number of tasks written.
 
     Raises:
         ConfigError: a part that is not a RepoFixReal build, parts built with other
-            settings, a project in two parts (without ``replace``) or not pinned, or a
-            part's probes missing.
+            settings, a project in two parts (without ``replace``), not pinned, or built
+            toward another number of tasks than its pin now asks for, a funnel that does
+            not match its part's tasks, or a part's probes missing.
     """
     from agentgym_envs.core.tasks import load_task_set
 
     pinned = rp.load_projects()
-    order = {p.name: i for i, p in enumerate(pinned)}
-    header: dict[str, Any] | None = None
-    by_project: dict[str, tuple[Path, list[Task]]] = {}
-    for part in parts:
+    by_name = {p.name: p for p in pinned}
+    by_key = {p.key: p.name for p in pinned}
+    if (funnel_out is None) != (not funnels):
+        raise ConfigError("merge takes the parts' funnels and the merged funnel's file together")
+    if funnels and len(funnels) != len(parts):
+        raise ConfigError(
+            f"{len(parts)} task files and {len(funnels)} funnel files: give one funnel per "
+            "part, in the parts' order"
+        )
+    settings: dict[str, Any] | None = None
+    winner: dict[str, tuple[Path, list[Task], dict[str, Any] | None, int]] = {}
+    for i, part in enumerate(parts):
         loaded = load_task_set(part.name, part.parent)
-        if loaded.name != "RepoFixReal" or loaded.header.get("generator") != "real_build.build":
+        header = loaded.header
+        if loaded.name != "RepoFixReal" or header.get("generator") != "real_build.build":
             raise ConfigError(f"{part} is not a task file real_build.build wrote")
-        settings = {k: v for k, v in loaded.header.items() if k not in ("format", "env")}
-        if header is not None and settings != header:
+        mine = {k: header.get(k) for k in ("per_project", "limit")}
+        if settings is not None and mine != settings:
             raise ConfigError(
-                f"{part} was built with {settings}, an earlier part with {header}: build "
-                "the parts with the same --per-project"
+                f"{part} was built with {mine}, an earlier part with {settings}: build the "
+                "parts with the same --per-project and --limit"
             )
-        header = settings
-        mine: dict[str, list[Task]] = {}
+        settings = mine
+        tasks: dict[str, list[Task]] = {}
         for task in loaded.tasks:
-            mine.setdefault(task.spec["project"], []).append(task)
-        for name, tasks in mine.items():
-            if name in by_project and not replace:
+            tasks.setdefault(task.spec["project"], []).append(task)
+        rows: dict[str, dict[str, Any]] = {}
+        if funnels:
+            for row in json.loads(funnels[i].read_text()):
+                if row["project"] not in by_key:
+                    raise ConfigError(
+                        f"{funnels[i]} names {row['project']}, which is not pinned (name-version)"
+                    )
+                rows[by_key[row["project"]]] = row
+        # the projects it built: its header's list (a file from before the list: the
+        # projects of its tasks and of its funnel)
+        built = list(header.get("projects") or {*tasks, *rows})
+        for name in built:
+            if name not in by_name:
+                raise ConfigError(f"{part} holds tasks of {name!r}, which is not pinned")
+            if name in winner and not replace:
                 raise ConfigError(
-                    f"{name}'s tasks are in {by_project[name][0]} and in {part} (--replace: "
+                    f"{name}'s tasks are in {winner[name][0]} and in {part} (--replace: "
                     "the later part's tasks of a project replace the earlier part's)"
                 )
-            if name not in order:
-                raise ConfigError(f"{part} holds tasks of {name!r}, which is not pinned")
-            by_project[name] = (part, tasks)
-    if header is None:
+            if funnels and (name not in rows or rows[name]["kept"] != len(tasks.get(name, []))):
+                raise ConfigError(
+                    f"{funnels[i]} is not the funnel of {part}: {name} has "
+                    f"{len(tasks.get(name, []))} tasks there"
+                )
+            was = header.get("tasks", {}).get(name, header["per_project"])
+            winner[name] = (part, tasks.get(name, []), rows.get(name), was)
+    if settings is None:
         raise ConfigError("merge needs at least one task file")
-    names = sorted(by_project, key=order.__getitem__)
+    for name, (part, _, _, was) in winner.items():
+        now = tasks_wanted(by_name[name], settings["per_project"], settings["limit"])
+        if was != now:
+            raise ConfigError(
+                f"{part} built {name} toward {was} tasks; its pin now asks for {now}: build "
+                "it again and merge that part after this one with --replace"
+            )
+    order = {p.name: i for i, p in enumerate(pinned)}
+    names = sorted(winner, key=order.__getitem__)
     probes_folder = out.parent / Path(PROBES_AT).name
     probes_folder.mkdir(parents=True, exist_ok=True)
     for name in names:  # the probes first: a task file is never left without them
-        source = graded_path(name, by_project[name][0].parent / Path(PROBES_AT).name)
+        if not winner[name][1]:
+            continue
+        source = graded_path(name, winner[name][0].parent / Path(PROBES_AT).name)
         if not source.is_file():
             raise ConfigError(f"{name}'s graded probes are not beside its part ({source})")
-        target = probes_folder / source.name
-        if source.resolve() != target.resolve():
-            target.write_bytes(source.read_bytes())
-    tasks = [t for name in names for t in by_project[name][1]]
-    written = write_task_set(out, "RepoFixReal", header, tasks)
+        target_file = probes_folder / source.name
+        if source.resolve() != target_file.resolve():
+            target_file.write_bytes(source.read_bytes())
+    header = _header(settings["per_project"], settings["limit"], {n: winner[n][3] for n in names})
+    written = write_task_set(out, "RepoFixReal", header, [t for n in names for t in winner[n][1]])
     if funnel_out is not None:
-        rows: dict[str, dict[str, Any]] = {}
-        for path in funnels:
-            for row in json.loads(path.read_text()):
-                rows[row["project"]] = row  # a later part's funnel of a project wins
-        keys = {p.key: i for i, p in enumerate(pinned)}
-        unknown = sorted(set(rows) - set(keys))
-        if unknown:
-            raise ConfigError(f"the funnels name {unknown}, which are not pinned (name-version)")
-        ranked = sorted(rows.values(), key=lambda r: keys[r["project"]])
+        ranked = [winner[n][2] for n in names]
         funnel_out.write_text(json.dumps(ranked, indent=1) + "\n")
     return written
 

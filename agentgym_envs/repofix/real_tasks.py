@@ -40,7 +40,8 @@ Per project (the pinned sources of :mod:`real_projects`), built once into the ca
    difficulty.
 
 The build (:mod:`real_build`; command line ``python -m agentgym_envs.repofix.real_build
-build [NAME ...] --per-project 150 --workers 2 --log build.log``) writes
+build [NAME ...] --workers 2 --log build.log``; 60 tasks per project unless its pin asks
+for another number) writes
 ``tasks/sandbox/repofix_real.jsonl.gz`` and, next to it, each project's graded probes
 (``repofix_real_probes/<project>.json.gz``: the calls of the tests some task names, with
 their expectations; task data, never mounted in a sandbox). ``agentgym tasks build

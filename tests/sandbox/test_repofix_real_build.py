@@ -87,6 +87,24 @@ def test_builds_of_disjoint_projects_merge_into_the_file_one_build_of_all_writes
     assert sum(t.spec["project"] == "tally" for t in tasks) == 5
     for name in ("repofix_real.jsonl.gz", "funnel.json", "repofix_real_probes/tally.json.gz"):
         assert (again / name).read_bytes() == (joined / name).read_bytes(), name
+    probes = "repofix_real_probes/tally.json.gz"  # the winning part's probes
+    assert (joined / probes).read_bytes() == (grown / probes).read_bytes()
+    header = load_task_set("repofix_real.jsonl.gz", joined).header
+    assert header["projects"] == ["tally", "tallyb"] and header["tasks"] == {"tally": 5}
+    # the whole set alone now holds tally built toward 4 tasks, where its pin asks for 5
+    whole_part, whole_funnel = whole / "repofix_real.jsonl.gz", whole / "funnel.json"
+    with pytest.raises(ConfigError, match="built tally toward 4 tasks; its pin now asks for 5"):
+        real_build.merge([whole_part], tmp_path / "stale" / "repofix_real.jsonl.gz")
+    # the funnels go with the parts, one each, in their order
+    grown_part, grown_funnel = grown / "repofix_real.jsonl.gz", grown / "funnel.json"
+    for funnels in ([whole_funnel], [grown_funnel, whole_funnel]):
+        with pytest.raises(ConfigError, match="funnel"):
+            real_build.merge(
+                [whole_part, grown_part], tmp_path / "bad" / "repofix_real.jsonl.gz",
+                funnels, tmp_path / "bad" / "funnel.json", replace=True,
+            )  # fmt: skip
+    with pytest.raises(ConfigError, match="limit must be a whole number"):
+        real_build.build(["tally"], limit=True, out=tmp_path / "x.jsonl.gz", log=lambda _: None)
     with pytest.raises(SystemExit) as usage:
         real_build.main(["merge", parts[0]])  # no --out
     assert usage.value.code == 2
@@ -156,11 +174,28 @@ def test_a_fault_of_the_build_on_one_project_is_that_projects_line_not_the_build
     monkeypatch.setattr(real_build, "candidate", candidate)
     out, log = tmp_path / "out" / "repofix_real.jsonl.gz", tmp_path / "build.log"
     argv = ["build", "--per-project", "3", "--workers", "2", "--out", str(out), "--log", str(log)]
-    assert real_build.main(argv) == 1
+    assert real_build.main([*argv, "--funnel", str(out.parent / "funnel.json")]) == 1
     assert "tallyb: 0 tasks of 0 seeds" in log.read_text()
     assert "RuntimeError: a fault of the build" in log.read_text()
     tasks = load_task_set(out.name, out.parent).tasks
     assert tasks and {t.spec["project"] for t in tasks} == {"tally"}
+    # merged after a good build with --replace, this build's tallyb (no task) wins: merge
+    # knows a part's projects from its header, not from its tasks
+    monkeypatch.setattr(real_build, "candidate", real_candidate)  # (undo() would unserve)
+    good = tmp_path / "good" / "repofix_real.jsonl.gz"
+    good_argv = ["build", "--per-project", "3", "--out", str(good), "--log", str(tmp_path / "g")]
+    assert real_build.main([*good_argv, "--funnel", str(good.parent / "funnel.json")]) == 0
+    assert "tallyb" in {t.spec["project"] for t in load_task_set(good.name, good.parent).tasks}
+    joined = tmp_path / "joined" / "repofix_real.jsonl.gz"
+    real_build.merge(
+        [good, out], joined, [good.parent / "funnel.json", out.parent / "funnel.json"],
+        joined.parent / "funnel.json", replace=True,
+    )  # fmt: skip
+    assert {t.spec["project"] for t in load_task_set(joined.name, joined.parent).tasks} == {"tally"}
+    rows = {r["project"]: r for r in json.loads((joined.parent / "funnel.json").read_text())}
+    assert (
+        rows["tallyb-1.0"]["kept"] == 0 and "a fault of the build" in rows["tallyb-1.0"]["problem"]
+    )
 
 
 STATEFUL_CODE = """
