@@ -123,6 +123,15 @@ def _try(
             "seconds": seconds}  # fmt: skip
 
 
+def playable(task: Mapping[str, Any]) -> bool:
+    """Whether every action of the task's oracle fits in what an agent may send: the
+    oracle's edit of two bugs far apart in one file could span the file between them
+    (persiantools: 63,256 characters, over RepoFix's 40,000), and its sweep failed."""
+    from agentgym_envs.repofix.env import RepoFixEnv
+
+    return all(len(action) <= RepoFixEnv.max_action_chars for action in task["solution"])
+
+
 def build_project(name: str, per_project: int, tries: int) -> Built:
     """Up to ``per_project`` tasks from seeds 0 to ``tries - 1`` of one project.
 
@@ -153,15 +162,17 @@ def build_project(name: str, per_project: int, tries: int) -> Built:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(row, sort_keys=True) + "\n")
-            for reason in row["why"]:
-                setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
-            task, spent = row["task"], spent + row["seconds"]
+            task, spent, why = row["task"], spent + row["seconds"], row["why"]
             seen.update(row["seen"])
+            if task is not None and len(task["spec"]["sites"]) == 1:
+                site = Site.from_json(task["spec"]["sites"][0])
+                pool.setdefault(task["split"], set()).add(site.key)
+            if task is not None and not playable(task):  # decided here, cached or not
+                task, why = None, [w for w in why if w != "kept"] + ["unplayable"]
+            for reason in why:
+                setattr(built.funnel, reason, getattr(built.funnel, reason) + 1)
             if task is not None:
                 built.tasks.append(task)
-                if len(task["spec"]["sites"]) == 1:
-                    site = Site.from_json(task["spec"]["sites"][0])
-                    pool.setdefault(task["split"], set()).add(site.key)
     except ConfigError as exc:
         built.funnel.problem = str(exc)  # a project that failed is tried again next build
     except Exception as exc:  # a fault of the build's own, found on this project: the

@@ -370,6 +370,7 @@ class Funnel:
     fingerprint: int = 0  # a bare pass/return None the project otherwise lacks gives it away
     duplicate: int = 0  # failed the same tests the same way as a task kept before
     unfixable: int = 0  # the graded calls, replayed alone on the correct code, go wrong
+    unplayable: int = 0  # an action of the oracle's fix is longer than an agent may send
     kept: int = 0
     stopped_early: bool = False  # under 10% kept after 100 seeds
     seconds: float = 0.0

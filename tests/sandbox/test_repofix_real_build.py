@@ -263,3 +263,29 @@ def test_no_task_is_kept_whose_graded_calls_fail_on_the_correct_code(
             assert _play(env, task, None)["outcome"] is Outcome.SUCCESS, task.id
     finally:
         env.close()
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_no_task_is_kept_whose_oracle_sends_an_action_longer_than_an_agent_may(
+    serve: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two persiantools tasks' oracle fixed bugs 900 lines apart in one file with one edit
+    of 63,256 characters, over the 40,000 an action may have: the sweep's oracle failed
+    them. Such a task is not kept, whether its seed was tried now or read from the
+    cache. Here the limit is lowered so that tally's fixes are over it."""
+    from agentgym_envs.repofix.env import RepoFixEnv
+
+    serve(FILES)
+    out = tmp_path / "out" / "repofix_real.jsonl.gz"
+    count, funnels = real_build.build(["tally"], per_project=2, out=out, log=lambda _: None)
+    assert count == 2 and funnels[0].unplayable == 0
+    longest = max(len(a) for t in load_task_set(out.name, out.parent).tasks for a in t.solution)
+    monkeypatch.setattr(RepoFixEnv, "max_action_chars", longest - 1)
+    again = tmp_path / "again" / "repofix_real.jsonl.gz"
+    count, funnels = real_build.build(["tally"], per_project=2, out=again, log=lambda _: None)
+    assert funnels[0].unplayable >= 1  # the cached seed whose oracle sent it
+    assert count == funnels[0].kept
+    for task in load_task_set(again.name, again.parent).tasks:
+        assert all(len(a) < longest for a in task.solution)

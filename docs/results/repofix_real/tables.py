@@ -21,7 +21,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 REASONS = ["tried", "no_site", "repeated", "broke_suite", "hung", "undetected", "spilled"]
-REASONS += ["unseen", "site_unseen", "thin", "fingerprint", "duplicate", "unfixable", "kept"]
+REASONS += ["unseen", "site_unseen", "thin", "fingerprint", "duplicate", "unfixable", "unplayable"]
+REASONS += ["kept"]
 LEVELS = ("easy", "medium", "hard")
 
 
@@ -51,7 +52,10 @@ def funnel_table(funnels: list[dict[str, Any]]) -> list[str]:
 
 
 def project_table(
-    funnels: list[dict[str, Any]], base: dict[str, Any], tasks: list[dict[str, Any]]
+    funnels: list[dict[str, Any]],
+    base: dict[str, Any],
+    tasks: list[dict[str, Any]],
+    per_project: int,
 ) -> list[str]:
     text = (ROOT / "tasks/sandbox/real_projects.jsonl").read_text()
     pins = [json.loads(x) for x in text.splitlines() if x.strip()]
@@ -60,13 +64,14 @@ def project_table(
     for t in tasks:
         levels[t["spec"]["project"]][t["difficulty"]] += 1
     head = ["project", "version", "license", "split", "stable tests", "drifting tests"]
-    head += ["seeds tried", "worker-seconds", "tasks", "easy/medium/hard"]
+    head += ["seeds tried", "worker-seconds", "tasks asked", "tasks", "easy/medium/hard"]
     body = []
     for p in pins:
         name, f, b = p["name"], by.get(p["name"]), base.get(p["name"], {})
         split = "ood" if p.get("split") == "ood" else "train/test"
         mix = "/".join(str(levels[name][k]) for k in LEVELS)
-        done = [f["tried"], f["seconds"], f["kept"]] if f else ["-", "-", 0]
+        asked = p.get("tasks") or per_project  # its pin's own number, else the build's
+        done = [f["tried"], f["seconds"], asked, f["kept"]] if f else ["-", "-", "-", 0]
         body.append([name, p["version"], p["license"], split, b.get("stable", "-"),
                      b.get("drifting", "-"), *done, mix])  # fmt: skip
     return ["### Per project", "", *_table(head, body)]
@@ -121,7 +126,12 @@ def main() -> None:
     funnels = json.loads((HERE / "funnel.json").read_text())
     base = json.loads((HERE / "baseline.json").read_text())
     tasks = _tasks(args.tasks)
-    parts = [funnel_table(funnels), project_table(funnels, base, tasks), split_table(tasks)]
+    with gzip.open(args.tasks, "rt", encoding="utf-8") as fh:
+        per_project = json.loads(fh.readline())["per_project"]  # the header
+    parts = [
+        funnel_table(funnels), project_table(funnels, base, tasks, per_project),
+        split_table(tasks),
+    ]  # fmt: skip
     sweep = HERE / "sweep.json"
     if sweep.is_file():
         parts.append(time_table(json.loads(sweep.read_text())))
