@@ -33,6 +33,7 @@ from typing import Any
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.core.tasks import Task, tasks_root, write_task_set
 from agentgym_envs.repofix import real_projects as rp
+from agentgym_envs.repofix.env import RepoFixEnv
 from agentgym_envs.repofix.mutate import Site
 from agentgym_envs.repofix.real_tasks import (
     EARLY_SEEDS,
@@ -127,8 +128,6 @@ def playable(task: Mapping[str, Any]) -> bool:
     """Whether every action of the task's oracle fits in what an agent may send: the
     oracle's edit of two bugs far apart in one file could span the file between them
     (persiantools: 63,256 characters, over RepoFix's 40,000), and its sweep failed."""
-    from agentgym_envs.repofix.env import RepoFixEnv
-
     return all(len(action) <= RepoFixEnv.max_action_chars for action in task["solution"])
 
 

@@ -1,7 +1,9 @@
 """RepoFixReal's build across projects and its faults: builds of disjoint projects merge
-into one build's bytes, a fault on one project is that project's line, a call too long to
-write is left out of the recording, and no task is kept whose graded calls fail on the
-correct code. The projects are the test's own, served as in ``test_repofix_real``."""
+into one build's bytes, the shipped set is what a build of every pin asks for, a fault on
+one project is that project's line, a call too long to write is left out of the
+recording, and no task is kept whose graded calls fail on the correct code or whose
+oracle sends too long an action. The projects are the test's own, served as in
+``test_repofix_real``."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from agentgym_envs.repofix import real_build, real_tasks
 from agentgym_envs.repofix import real_projects as rp
 from agentgym_envs.repofix.real import RepoFixRealEnv
 from tests.sandbox.support import needs_bwrap
-from tests.sandbox.test_repofix_real import CODE, FILES, TESTS, _play, serve
+from tests.sandbox.test_repofix_real import CODE, FILES, TESTS, _play, _shipped, serve
 
 __all__ = ["serve"]  # the fixture, used by name
 
@@ -289,3 +291,18 @@ def test_no_task_is_kept_whose_oracle_sends_an_action_longer_than_an_agent_may(
     assert count == funnels[0].kept
     for task in load_task_set(again.name, again.parent).tasks:
         assert all(len(a) < longest for a in task.solution)
+
+
+def test_the_shipped_set_is_what_a_build_of_every_pin_asks_for() -> None:
+    """The shipped file's header names every pinned project and the number of tasks each
+    pin asks for: a pin changed without the set built again (a project grown, added or
+    dropped) fails here, and each project holds no more tasks than its pin asks for."""
+    header = load_task_set(real_tasks.TASK_FILE).header
+    pins = rp.load_projects()
+    wanted = {p.name: real_build.tasks_wanted(p, header["per_project"]) for p in pins}
+    assert header["projects"] == [p.name for p in pins]
+    assert header["tasks"] == {n: w for n, w in wanted.items() if w != header["per_project"]}
+    counts: dict[str, int] = {}
+    for task in _shipped():
+        counts[task.spec["project"]] = counts.get(task.spec["project"], 0) + 1
+    assert all(count <= wanted[name] for name, count in counts.items()), counts
