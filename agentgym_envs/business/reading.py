@@ -5,16 +5,18 @@ The keyword reader (:meth:`~agentgym_envs.business.user.SimulatedUser.read`) fil
 for the same fields as one JSON object and validates it against the same schema
 (:func:`parse_reading`): only the fields below, slots and verbs from the domain's own
 lists, and every proposal value or answer candidate a span of the message itself, so a
-model cannot read a value the agent never wrote.
+model cannot read a value the agent never wrote (a structured reader is offered only the
+spans the typed extraction found, :func:`reading_schema`).
 
-The LLM reader *widens* what is recognised, never narrows it: the user acts on the
-union of both readings (:meth:`Reading.merged`), so a phrasing the keywords miss can
-still be understood, and a small model that misses a cue cannot make the agent fail.
-What the union can change is bounded by the agenda: a forgotten field is never told, a
-proposal is confirmed only if the typed extraction finds exactly the expected values in
-the text (``AnswerReader.proposes``), an answer is judged on the text by the typed
-extraction, and a request is met only on the world's records. Where the two readers
-disagree the difference is logged and counted.
+The LLM reader *widens* what is recognised, never narrows it, and only where the agenda
+checks the act again (:meth:`Reading.merged`): so a phrasing the keywords miss can still
+be understood, a small model that misses a cue cannot make the agent fail, and one that
+reads acts that are not there (measured: SmolLM2-135M does) cannot either. A forgotten
+field is never told, a proposal is confirmed only if the typed extraction finds exactly
+the expected values in the text (``AnswerReader.proposes``), an answer is judged on the
+text by the typed extraction, a request is met only on the world's records, and a first
+choice said unavailable or a refusal is heard by the keyword reader alone. Where the two
+readers disagree the difference is logged and counted.
 """
 
 from __future__ import annotations
@@ -60,20 +62,23 @@ class Reading:
     answer: tuple[str, ...] = ()
 
     def merged(self, other: Reading, slot_order: Sequence[str]) -> Reading:
-        """Both readings together: every flag either set, every list's union (slots in
-        ``slot_order``). Values and answers stay this (keyword) reading's: the typed
-        extraction judges them on the text anyway."""
+        """This (keyword) reading widened by ``other`` (the model's) where the agenda
+        checks the act again: the slots asked (a forgotten one is never told), a
+        proposal and its verbs (confirmed only if the typed extraction finds exactly the
+        expected values in the text) and a request said done (met only on the world's
+        records). Unavailability and refusals stay this reading's: a first choice said
+        unavailable changes what the user wants, and a refusal meets a refuse request,
+        with nothing to check them against, so a sloppy or steered model could fail a
+        good agent or pass one that never refused. Values and answers stay this
+        reading's too: the typed extraction judges them on the text anyway."""
         asks = {*self.asks, *other.asks}
         return Reading(
             asks=tuple(s for s in slot_order if s in asks),
             proposing=self.proposing or other.proposing,
             verbs=tuple(dict.fromkeys((*self.verbs, *other.verbs))),
-            unavailable=self.unavailable or other.unavailable,
+            unavailable=self.unavailable,
             done=self.done or other.done,
-            # a refusal the model alone reads counts only in a message that proposes
-            # nothing (the keyword rule: one that also asks for a yes is no refusal), so a
-            # hedge that sprays both cannot serve a refuse and a write request at once
-            refusing=self.refusing or (other.refusing and not (self.proposing or other.proposing)),
+            refusing=self.refusing,
             values=self.values,
             answer=self.answer,
         )
@@ -131,13 +136,28 @@ def reader_messages(
 
 MAX_SPANS = 8  # values or answer candidates a reading may list
 MAX_SPAN_CHARS = 80  # of one such candidate (a pattern: OpenAI's strict mode has no maxLength)
+MAX_CANDIDATES = 32  # spans a schema offers (the agent's text decides them: the schema stays small)
 
 
-def reading_schema(slots: Sequence[str], verbs: Sequence[str]) -> dict[str, Any]:
+def spans_in(message: str, candidates: Sequence[str]) -> tuple[str, ...]:
+    """The ``candidates`` that :func:`parse_reading` accepts as spans of ``message``
+    (the typed extraction rewrites some: "9:30" is read as "09:30", not a span)."""
+    text = normalise(message)
+    return tuple(c for c in dict.fromkeys(candidates) if normalise(c) and normalise(c) in text)
+
+
+def reading_schema(
+    slots: Sequence[str], verbs: Sequence[str], spans: Sequence[str] | None = None
+) -> dict[str, Any]:
     """The JSON schema of a reading (the domain's slots and verbs as enums): sent as the
     request's ``response_format`` so an endpoint that constrains decoding (``agentgym
     serve``, vLLM, SGLang, OpenAI's structured outputs) returns an object that fits.
-    :func:`parse_reading` checks the reply either way, spans included."""
+    :func:`parse_reading` checks the reply either way, spans included.
+
+    ``spans``: the candidates a ``values`` or ``answer`` item may be (spans of the
+    message, :func:`spans_in`; the first ``MAX_CANDIDATES``), as an enum, so a
+    constrained decoder cannot write a span the message lacks; None: any one line of 1
+    to ``MAX_SPAN_CHARS`` characters."""
 
     def names(allowed: Sequence[str]) -> dict[str, Any]:
         if not allowed:
@@ -145,8 +165,15 @@ def reading_schema(slots: Sequence[str], verbs: Sequence[str]) -> dict[str, Any]
         return {"type": "array", "items": {"type": "string", "enum": list(allowed)},
                 "maxItems": len(allowed)}  # fmt: skip
 
-    span = {"type": "string", "pattern": f"^[^\\n]{{0,{MAX_SPAN_CHARS}}}$"}
-    spans = {"type": "array", "items": span, "maxItems": MAX_SPANS}
+    span: dict[str, Any] = {"type": "string", "pattern": f"^[^\\n]{{1,{MAX_SPAN_CHARS}}}$"}
+    most = MAX_SPANS
+    if spans is not None:
+        allowed = [c for c in dict.fromkeys(spans) if c and len(c) <= MAX_SPAN_CHARS]
+        allowed = allowed[:MAX_CANDIDATES]
+        if allowed:
+            span = {"type": "string", "enum": allowed}
+        most = min(MAX_SPANS, len(allowed))
+    items = {"type": "array", "items": span, "maxItems": most}
     properties: dict[str, Any] = {
         "asks": names(slots),
         "proposing": {"type": "boolean"},
@@ -154,8 +181,8 @@ def reading_schema(slots: Sequence[str], verbs: Sequence[str]) -> dict[str, Any]
         "unavailable": {"type": "boolean"},
         "done": {"type": "boolean"},
         "refusing": {"type": "boolean"},
-        "values": spans,
-        "answer": spans,
+        "values": items,
+        "answer": items,
     }
     return {
         "type": "object",

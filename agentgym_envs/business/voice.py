@@ -42,6 +42,7 @@ from agentgym_envs.business.reading import (
     parse_reading,
     reader_messages,
     reading_schema,
+    spans_in,
 )
 from agentgym_envs.business.user_model import CassetteMiss, UserModel, UserSimulatorError
 
@@ -445,8 +446,11 @@ class EpisodeVoice:
         state = self.state
         state.reads += 1
         state.last_turn, state.last_disagreement = turn, ()
-        messages = reader_messages(message, slots, verbs)
-        schema = reading_schema(slots, verbs)
+        base = reader_messages(message, slots, verbs)
+        messages = base
+        # a span of the reading can only be one the typed extraction found in the text
+        spans = spans_in(message, (*keyword.values, *keyword.answer))
+        schema = reading_schema(slots, verbs, spans)
         for draw in range(self.model.config.draws):
             try:  # the reader only widens the keyword reading: its failure is never the
                 # user's (the agent's own text decides its prompt: a length past the
@@ -465,7 +469,7 @@ class EpisodeVoice:
                 reading = parse_reading(raw, message, slots, verbs)
             except ReadingError as exc:
                 messages = [
-                    *messages[:2],
+                    *base,
                     {"role": "assistant", "content": raw[:2000]},
                     {"role": "user", "content": f"Invalid: {exc}. Answer with the JSON only."},
                 ]

@@ -270,6 +270,84 @@ def test_the_reader_asks_for_json_fitting_the_reading_schema() -> None:
             jsonschema.validate(full, schema)
 
 
+def test_the_schema_offers_only_the_messages_own_spans() -> None:
+    """With the typed extraction's candidates, a span outside them does not fit the
+    schema (a constrained decoder cannot write it); an empty span never fits; the
+    offer is capped, since the agent's text decides it."""
+    import jsonschema
+
+    from agentgym_envs.business.reading import MAX_CANDIDATES, reading_schema
+
+    def fits(schema: dict[str, Any], **fields: Any) -> bool:
+        try:
+            jsonschema.validate({**Reading().as_dict(), **fields}, schema)
+        except jsonschema.ValidationError:
+            return False
+        return True
+
+    offered = reading_schema(SLOTS, VERBS, ("#w1234567", "no longer needed"))
+    assert fits(offered, values=["#w1234567"], answer=["no longer needed"])
+    assert not fits(offered, values=["#w7654321"])  # not in the message
+    assert not fits(offered, values=["#w1234567", "no longer needed", "#w1234567"])
+    free = reading_schema(SLOTS, VERBS)
+    assert fits(free, values=["anything"]) and not fits(free, answer=[""])
+    assert not fits(reading_schema(SLOTS, VERBS, ()), values=["#w1234567"])
+    many = reading_schema(SLOTS, VERBS, [f"#w{i:07d}" for i in range(100)])
+    assert len(many["properties"]["values"]["items"]["enum"]) == MAX_CANDIDATES
+
+
+def test_the_reader_offers_the_keyword_readings_candidates() -> None:
+    """The reader's response_format lists the spans the typed extraction found in the
+    agent's message, no other."""
+    sent: list[dict[str, Any]] = []
+
+    def answer(body: dict[str, Any]) -> str:
+        if role(body) == "reader":
+            sent.append(body["response_format"]["json_schema"]["schema"])
+            return "{}"
+        return draft(body)
+
+    endpoint = ScriptedEndpoint(answer)
+    try:
+        env = gym.make(RETAIL, **llm(endpoint.url, user_reader="llm"))
+        env.reset(seed=0, options={"task_id": EASY})
+        env.step('respond(message="Shall I cancel order #W1234567 (no longer needed)?")')
+        env.close()
+    finally:
+        endpoint.close()
+    offered = set(sent[0]["properties"]["values"]["items"]["enum"])
+    assert offered == {"#w1234567", "no longer needed"}
+
+
+@pytest.mark.parametrize("env_id", [RETAIL, CALENDAR])
+def test_every_span_the_schema_offers_is_accepted(env_id: str) -> None:
+    """A constrained decoder that picks what the schema offers is never refused: the
+    typed extraction rewrites some values ("9:30" as "09:30", "$1,234.50" as "1234.5"),
+    and those are not offered, since they are not spans of the message."""
+
+    def answer(body: dict[str, Any]) -> str:
+        if role(body) != "reader":
+            return draft(body)
+        items = body["response_format"]["json_schema"]["schema"]["properties"]["values"]
+        offered = items["items"].get("enum", [])[: items["maxItems"]]
+        return json.dumps({"values": offered, "answer": offered})
+
+    endpoint = ScriptedEndpoint(answer)
+    try:
+        env = gym.make(env_id, **llm(endpoint.url, user_reader="llm"))
+        env.reset(seed=0)
+        message = (
+            "Order #W1234567 totals $1,234.50 and evt_123456 starts at 9:30 on "
+            "2025-06-09; room_berlin_1 is free. Shall I go ahead?"
+        )
+        _, _, _, _, info = env.step(f"respond(message={json.dumps(message)})")
+        env.close()
+    finally:
+        endpoint.close()
+    reader = info["user_llm"]["reader"]
+    assert reader["reads"] == 1 and reader["fallbacks"] == 0, info["user_llm"]
+
+
 def test_a_valid_reading_widens_the_keyword_reading() -> None:
     raw = 'Sure: {"asks": ["zip"], "verbs": ["cancel"], "values": ["#w1234567"]}'
     reading = parse_reading(raw, MESSAGE, SLOTS, VERBS)
@@ -506,6 +584,67 @@ def test_a_hostile_reader_cannot_make_the_user_leak_or_confirm() -> None:
     reader = info["user_llm"]["reader"]
     assert reader["reads"] == len(seen) and reader["disagreements"] == len(seen)
     assert info["user_llm"]["last"]["disagreement"]  # what the readers disagreed on
+
+
+def _spraying_reader(env_id: str, proposing: bool) -> ScriptedEndpoint:
+    """A reader that claims every act of every message but, unless ``proposing``, a
+    proposal (a model steered to read refusals and unavailability everywhere)."""
+    env = gym.make(env_id)
+    slots, verbs = list(env.unwrapped.slot_synonyms), list(env.unwrapped.write_verbs)
+    env.close()
+    claim = json.dumps({"asks": slots, "proposing": proposing, "verbs": verbs,
+                        "unavailable": True, "done": True, "refusing": True})  # fmt: skip
+    return ScriptedEndpoint(lambda body: claim if role(body) == "reader" else draft(body))
+
+
+@pytest.mark.parametrize(
+    ("env_id", "task_id"),
+    [
+        (RETAIL, "retail-medium-test-1100003"),  # a write with a fallback if unavailable
+        (RETAIL, "retail-hard-test-1200000"),  # a request the agent must refuse
+        (CALENDAR, "calendar-medium-test-1100002"),
+        (CALENDAR, "calendar-hard-test-1200000"),
+    ],
+)
+@pytest.mark.parametrize("proposing", [True, False])
+def test_a_reader_that_claims_every_act_cannot_fail_the_oracle(env_id, task_id, proposing) -> None:
+    """What the model alone reads widens only acts the agenda checks again (asks,
+    proposals, verbs, done): a reader that claims the first choice is unavailable or a
+    refusal in every message changes neither the user's goal nor a refusal's verdict."""
+    endpoint = _spraying_reader(env_id, proposing)
+    try:
+        env = gym.make(env_id, **llm(endpoint.url, user_reader="llm"))
+        _, info = play_oracle(env, task_id)
+        env.close()
+    finally:
+        endpoint.close()
+    assert info["outcome"] is Outcome.SUCCESS
+    assert info["user_llm"]["reader"]["disagreements"] > 0
+
+
+def test_a_reader_that_claims_a_refusal_cannot_meet_a_refuse_request() -> None:
+    """An agent that names what the user asked for without refusing it (and writes
+    nothing) does not meet the refuse request, whatever the model reads."""
+    task_id = "retail-hard-test-1200000"
+    endpoint = _spraying_reader(RETAIL, proposing=False)
+    try:
+        env = gym.make(RETAIL, **llm(endpoint.url, user_reader="llm"))
+        env.reset(seed=0, options={"task_id": task_id})
+        user = env.unwrapped.user
+        refuse = next(i for i, r in enumerate(user.goal.requests) if r.kind.value == "refuse")
+        oracle = env.unwrapped.oracle()
+        while True:  # the oracle's moves up to its refusal (the records it reads included)
+            action = oracle.act()
+            if user.state.index == refuse and action.startswith("respond("):
+                break
+            env.step(action)
+        subject = user.goal.requests[refuse].say[0]
+        env.step(f"respond(message={json.dumps('About that: ' + subject)})")
+        index = user.state.index
+        env.close()
+    finally:
+        endpoint.close()
+    assert index == refuse
 
 
 def test_the_llm_reader_understands_a_question_the_keywords_miss() -> None:
