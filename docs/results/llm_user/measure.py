@@ -1,6 +1,6 @@
 """Measure the LLM user of Retail and Calendar on the smoke and standard suites (issue 30).
 
-Two commands (run from the repository root with the project's venv):
+Three commands (run from the repository root with the project's venv):
 
 ``record``: serve the embedded model (SmolLM2-135M-Instruct, ``agentgym serve``'s
 in-process server; ``--base-url``: any OpenAI-compatible endpoint instead) and play
@@ -14,6 +14,11 @@ reader counts, transcript) is printed and appended to ``--record-out``.
 agents against the template user over ``--seeds``, and write ``results.json`` and
 ``results.md`` (``--out``): success, pass^k over the trials, its spread over trials and
 over tasks, for the template user, the live LLM voice and its replay side by side.
+
+``reading``: how well the LLM reader reads the oracle's messages on easy train tasks,
+reworded by ``reword``, against the keyword reading of their original wording (per
+act, for the keyword reader, the model alone and their union); writes ``reading.json``
+(``--out``). ``--base-url replay`` replays its cassette offline.
 
 See README.md beside this file for the exact commands and their results.
 """
@@ -446,7 +451,7 @@ def main_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tasks", type=int, default=8, help="reading: easy train tasks per domain")
     parser.add_argument(
-        "--out", type=Path, default=HERE, help="measure: where results.json and results.md go"
+        "--out", type=Path, default=HERE, help="measure, reading: where the results go"
     )
     parser.add_argument(
         "--structured",
