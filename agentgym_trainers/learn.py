@@ -47,6 +47,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,7 @@ from agentgym_trainers.learn_stats import task_interval as task_interval
 from agentgym_trainers.recipes import RECIPES, Recipe, find_recipe
 from agentgym_trainers.run import ProgressEvent, train
 from agentgym_trainers.runlog import read_metrics
+from agentgym_trainers.workers import Terminated, run_all
 
 log = logging.getLogger(__name__)
 
@@ -350,22 +352,13 @@ def run_jobs(
     queue: Sequence[RunJob],
     jobs: int,
     done: Callable[[RunJob, tuple[str, int, dict[str, Any], float]], None],
+    work: Callable[[Any], Any] | None = None,
 ) -> None:
     """Run ``queue`` in order, ``jobs`` at a time (in this process when ``jobs`` is 1,
-    else in worker processes), calling ``done`` with each run's result as it ends."""
-    if jobs <= 1:
-        for job in queue:
-            done(job, run_job(job))
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # spawn: a fresh interpreter per worker (torch's threads do not survive a fork)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(run_job, job): job for job in queue}
-        for future in as_completed(futures):
-            done(futures[future], future.result())
+    else in worker processes that stop with this one: :func:`.workers.run_all`),
+    calling ``done`` with each run's result as it ends. ``work`` runs one job
+    (default :func:`run_job`)."""
+    run_all(run_job if work is None else work, queue, jobs, done)
 
 
 def write_results(
@@ -757,18 +750,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     log_path = work / "progress.log"
     print(f"learn: progress also in {log_path}", file=sys.stderr, flush=True)
-    reports = learn_recipes(
-        [(r, Path(args.out) / r.name, work / r.name) for r in recipes],
-        args.algos,
-        command=command,
-        from_runs=args.from_runs,
-        rollout=args.rollout,
-        max_lag=args.max_lag,
-        seeds=range(args.seeds),
-        jobs=args.jobs,
-        log_path=log_path,
-        **overrides,
-    )
+    try:
+        reports = learn_recipes(
+            [(r, Path(args.out) / r.name, work / r.name) for r in recipes],
+            args.algos,
+            command=command,
+            from_runs=args.from_runs,
+            rollout=args.rollout,
+            max_lag=args.max_lag,
+            seeds=range(args.seeds),
+            jobs=args.jobs,
+            log_path=log_path,
+            **overrides,
+        )
+    except Terminated as exc:  # the runs are stopped; finished ones stay in --work
+        print(f"learn: {exc}; finished runs are kept in {work}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
     return 0 if all(r["verdict"]["passes"] for r in reports) else 1
 
 
