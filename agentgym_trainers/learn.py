@@ -352,13 +352,11 @@ def run_jobs(
     queue: Sequence[RunJob],
     jobs: int,
     done: Callable[[RunJob, tuple[str, int, dict[str, Any], float]], None],
-    work: Callable[[Any], Any] | None = None,
 ) -> None:
     """Run ``queue`` in order, ``jobs`` at a time (in this process when ``jobs`` is 1,
     else in worker processes that stop with this one: :func:`.workers.run_all`),
-    calling ``done`` with each run's result as it ends. ``work`` runs one job
-    (default :func:`run_job`)."""
-    run_all(run_job if work is None else work, queue, jobs, done)
+    calling ``done`` with each run's result as it ends."""
+    run_all(run_job, queue, jobs, done)
 
 
 def write_results(

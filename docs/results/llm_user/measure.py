@@ -41,6 +41,19 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 import agentgym_envs  # noqa: E402,F401  (registers the envs)
+from agentgym_envs.business.reading import (  # noqa: E402
+    ReadingError,
+    parse_reading,
+    reader_messages,
+    reading_schema,
+    spans_in,
+)
+from agentgym_envs.business.user_model import (  # noqa: E402
+    LLMUserConfig,
+    UserModel,
+    UserSimulatorError,
+)
+from agentgym_envs.business.voice import call_seed  # noqa: E402
 from agentgym_envs.eval.suite import load_suite  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -335,16 +348,6 @@ def reading_items(tasks: int) -> list[dict[str, Any]]:
 def read_one(model: Any, i: int, item: dict[str, Any]) -> tuple[Any, str]:
     """The model's reading of one item (None and why where it fails or is refused, as
     the env then keeps the keyword reading)."""
-    from agentgym_envs.business.reading import (
-        ReadingError,
-        parse_reading,
-        reader_messages,
-        reading_schema,
-        spans_in,
-    )
-    from agentgym_envs.business.user_model import UserSimulatorError
-    from agentgym_envs.business.voice import call_seed
-
     message, slots, verbs, keyword = item["message"], item["slots"], item["verbs"], item["keyword"]
     spans = spans_in(message, (*keyword.values, *keyword.answer))
     try:
@@ -361,8 +364,6 @@ def reading(args: argparse.Namespace) -> None:
     """How well the LLM reader reads reworded messages, against the keyword reader:
     each act right per message, for the keyword reading, the model's alone and their
     union (what the user acts on)."""
-    from agentgym_envs.business.user_model import LLMUserConfig, UserModel
-
     items = reading_items(args.tasks)
     replay = args.base_url == "replay"
     server, url = (None, None) if replay else serve(args.model) if args.base_url is None else (
