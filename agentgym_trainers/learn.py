@@ -192,8 +192,8 @@ class Progress:
     def __call__(self, event: ProgressEvent) -> None:
         now = time.perf_counter()
         if event.phase != self.phase:
-            if self.phase == "sft" and self.done < self.total:  # the loss stop ended it
-                self.say(f"sft stopped by its loss stop at step {self.done}/{self.total}")
+            if self.phase == "sft" and self.done < self.total:  # a stop criterion ended it
+                self.say(f"sft stopped by its stop criterion at step {self.done}/{self.total}")
             self.phase, self.wins = event.phase, 0
             self.last = 0.0  # a new phase's first event is always shown
         self.done, self.total = event.done, event.total
@@ -273,6 +273,11 @@ def plan_jobs(
         for seed in seeds:
             run_dir = work / key / f"seed{seed}"
             mine = {**settings, **seed_settings(recipe, seed)}
+            if recipe.config(algo, "", run_dir, **mine).eval.episodes <= 0:
+                raise ConfigError(
+                    "learn measures held-out success: eval_episodes must be > 0 (train "
+                    "without evaluating with `agentgym train --config <recipe file>`)"
+                )
             model = work / f"model-seed{seed}"
             jobs.append(RunJob(recipe, algo, key, seed, run_dir, model, mine, log_path, command))
     return jobs

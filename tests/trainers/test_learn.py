@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.llm import ChatTemplate
+from agentgym_trainers import learn
 from agentgym_trainers.learn import (
     PHASES,
     _merge,
@@ -240,6 +242,13 @@ def test_overrides_are_json_with_a_clear_error() -> None:
         _override("steps")
 
 
+def test_learn_without_a_held_out_evaluation_is_refused_before_any_run(tmp_path: Path) -> None:
+    # it used to train every run and then fail on the missing evaluation (KeyError)
+    with pytest.raises(ConfigError, match="eval_episodes must be > 0"):
+        learn.plan_jobs(RECIPES["frozenlake"], tmp_path, ["primary"], [0], {"eval_episodes": 0})
+    assert not any(tmp_path.iterdir())
+
+
 def test_committed_recipes_are_valid_configs(tmp_path: Path) -> None:
     for recipe in RECIPES.values():
         for algo in recipe.algos:
@@ -408,8 +417,6 @@ def test_results_are_rebuilt_from_the_run_folders_of_every_seed(tmp_path: Path) 
 
 
 def test_runs_are_run_in_order_in_one_process_with_one_job(monkeypatch: Any) -> None:
-    from agentgym_trainers import learn
-
     jobs = learn.plan_jobs(RECIPES["frozenlake"], Path("w"), ["primary"], [0, 1, 2], {})
     assert [(j.key, j.seed, j.run_dir) for j in jobs] == [
         ("grpo", s, Path(f"w/grpo/seed{s}")) for s in range(3)

@@ -170,5 +170,5 @@ def test_progress_shows_each_phase_start_and_end_and_writes_the_log(tmp_path: Pa
     assert "[demo grpo seed 1] sft step 1/10 sft_loss 1.000" in lines[0]
     assert "sft step 10/10 sft_loss 0.100" in lines[1]
     assert "eval_before 4/4 episodes, success 0.500 (elapsed" in lines[3]
-    assert "sft stopped by its loss stop at step 3/10" in lines[5]
+    assert "sft stopped by its stop criterion at step 3/10" in lines[5]
     assert "rl step 1/5 success 0.250" in lines[6]
