@@ -36,7 +36,8 @@ from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
 from agentgym_envs.eval.metrics import wilson_interval
-from agentgym_trainers.learn import paired_difference, smooth
+from agentgym_trainers.learn import paired_difference
+from agentgym_trainers.learn_report import smooth
 from agentgym_trainers.runlog import read_metrics
 
 RESULTS = Path("docs/results/credit")

@@ -27,6 +27,11 @@ differently, the runs part after a few hundred steps, and only the distribution 
 gain within its spread, and the verdict) is expected to hold. The exit status is 0 when
 every recipe's verdict passes.
 
+``--train-seeds 2`` trains only seed 2 here: the seeds of one command can be split between
+processes or machines. Each other seed's run is read from its folder in ``--work`` once it
+has finished there with the same settings (copy it in), and the results are written when
+every seed's run is in; until then the command says which seeds it waits for and exits 1.
+
 ``--rollout async --max-lag K`` trains the same recipe with asynchronous rollouts
 (:mod:`agentgym_trainers.async_rollout`); its results are stored next to the synchronous
 ones under the key ``<algo>-async`` (``<algo>-async-lagK`` for ``K != 1``), and the
@@ -56,6 +61,10 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
+from agentgym_trainers.learn_report import _verdict_lines
+from agentgym_trainers.learn_report import base_algo as base_algo
+from agentgym_trainers.learn_report import markdown as markdown
+from agentgym_trainers.learn_report import plot as plot
 from agentgym_trainers.learn_stats import PHASES as PHASES
 from agentgym_trainers.learn_stats import algo_result as algo_result
 from agentgym_trainers.learn_stats import combine
@@ -121,11 +130,6 @@ def result_key(algo: str, rollout: str = "sync", max_lag: int = 1) -> str:
     if rollout == "sync":
         return algo
     return f"{algo}-async" if max_lag == 1 else f"{algo}-async-lag{max_lag}"
-
-
-def base_algo(key: str) -> str:
-    """The algorithm of a result key (``grpo-async`` -> ``grpo``)."""
-    return key.split("-", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -293,6 +297,7 @@ def learn_recipes(
     seeds: Sequence[int] = (0,),
     jobs: int = 1,
     log_path: Path | None = None,
+    train_seeds: Sequence[int] | None = None,
     **overrides: Any,
 ) -> list[dict[str, Any]]:
     """Run each ``(recipe, out, work)`` of ``plan`` for each algorithm and seed, ``jobs``
@@ -306,6 +311,15 @@ def learn_recipes(
     ``metrics.jsonl``); the wall time is then the run's own ``train_seconds``. With
     ``rollout="async"`` each algorithm trains with asynchronous rollouts and ``max_lag``;
     its results go under :func:`result_key` (``grpo-async``).
+
+    ``train_seeds`` (a subset of ``seeds``) splits the runs between processes or
+    machines: only those seeds train here; each other seed's run is read from its folder
+    in ``work`` when it has finished there with the same settings, and a recipe's
+    results are written once all of its runs are in. The reports returned are those of
+    the recipes whose results were written.
+
+    Raises:
+        ConfigError: bad seeds, or a finished run folder made with other settings.
     """
     if rollout not in ("sync", "async"):
         raise ConfigError(f"rollout must be 'sync' or 'async', got {rollout!r}")
@@ -344,13 +358,51 @@ def learn_recipes(
             clock.say(_verdict_lines(reports[recipe.name])[0].replace("**", ""))
 
     queue = [job for jobs_ in pending.values() for job in jobs_]
+    if train_seeds is not None and not set(train_seeds) <= set(seeds):
+        raise ConfigError(f"train_seeds {list(train_seeds)} must be among seeds {list(seeds)}")
     if from_runs:
         for job in queue:
             summary = json.loads((job.run_dir / "summary.json").read_text())
             done(job, (job.key, job.seed, summary, float(summary["train_seconds"])))
     else:
-        run_jobs(queue, jobs, done)
-    return [reports[recipe.name] for recipe, _, _ in plan]
+        here = [j for j in queue if train_seeds is None or j.seed in train_seeds]
+        for job in queue:
+            summary = None if job in here else finished_run(job)
+            if summary is not None:
+                done(job, (job.key, job.seed, summary, float(summary["train_seconds"])))
+        run_jobs(here, jobs, done)
+    for recipe, _, work in plan:
+        if recipe.name not in reports:
+            missing = sorted(
+                {j.seed for j in pending[recipe.name]} - {s for _, s, *_ in finished[recipe.name]}
+            )
+            clock.say(
+                f"{recipe.name}: results wait for seeds {missing}; once their runs are in "
+                f"{work}, rebuild them with --from-runs"
+            )
+    return [reports[recipe.name] for recipe, _, _ in plan if recipe.name in reports]
+
+
+def finished_run(job: RunJob) -> dict[str, Any] | None:
+    """The summary of ``job``'s finished run in its folder (trained by another process or
+    machine), or None when it has not finished.
+
+    Raises:
+        ConfigError: the folder holds a run made with other settings.
+    """
+    path = job.run_dir / "summary.json"
+    if not path.is_file():
+        return None
+    summary: dict[str, Any] = json.loads(path.read_text())
+    config = job.recipe.config(job.algo, str(job.model_dir), job.run_dir, **job.settings)
+    where = ("model", "run_dir")  # the folders it ran in (another machine's --work) differ
+    mine = {k: v for k, v in json.loads(json.dumps(config.to_json())).items() if k not in where}
+    if {k: v for k, v in summary.get("config", {}).items() if k not in where} != mine:
+        raise ConfigError(
+            f"{job.run_dir} holds a run with other settings than {job.label}'s; delete it "
+            "or use another --work"
+        )
+    return summary
 
 
 def run_jobs(
@@ -429,157 +481,6 @@ def write_results(
     return report
 
 
-def markdown(report: dict[str, Any], why: str = "") -> str:
-    """``README.md`` of a results folder, generated from its summary (never typed): the
-    verdict and the distribution over seeds first, then every seed's run."""
-
-    def cell(phase: dict[str, Any]) -> str:
-        low, high = phase["ci95"]
-        return f"{phase['success']:.3f} [{low:.3f}, {high:.3f}]"
-
-    temperature = report["config"]["train"].get("eval_temperature", 0.0)
-    primary = report["algos"][report.get("primary") or next(iter(report["algos"]))]
-    n_seeds = len(primary.get("seeds", {})) or 1
-    lines = [
-        f"# {report['recipe']}: SFT warm start, then RL, on CPU, over {n_seeds} seeds",
-        "",
-        "Generated by `agentgym_trainers.learn` from `summary.json`; produced by:",
-        "",
-        *[f"    {c}" for c in report.get("commands", [])],
-        "",
-        *_verdict_lines(report),
-        "",
-        "Platform: " + _platform_text(primary.get("platform")),
-        "",
-        "## Distribution over seeds",
-        "",
-        f"Held-out sampled success (temperature {temperature}) on "
-        f"`{report['after_rl']['split']}`, {report['after_rl']['n'] // n_seeds} episodes per "
-        "seed and phase. Each seed trains from its own model initialisation with its own SFT "
-        "data order, env and sampling seeds. Means over seeds with a 95% bootstrap interval "
-        "that resamples seeds and, within each, tasks; the RL gain's interval is paired "
-        "(after RL minus after SFT, on the same seed and tasks).",
-        "",
-        "| algo | seeds | before SFT | after SFT | after RL | RL gain mean ± std (min, max) "
-        "| paired gain 95% | greedy gain mean ± std | verdict | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for algo, res in report["algos"].items():
-        dist = res.get("distribution")
-        if dist is None:  # a single run of an older summary
-            continue
-        gain, greedy = dist["rl_gain"], dist.get("rl_gain_greedy")
-        greedy_text = f"{greedy['mean']:+.3f} ± {greedy['std']:.3f}" if greedy else "-"
-        lines.append(
-            f"| {algo} | {dist['n_seeds']} | {cell(res['before_sft'])} | {cell(res['after_sft'])} "
-            f"| {cell(res['after_rl'])} | {gain['mean']:+.3f} ± {gain['std']:.3f} "
-            f"({gain['min']:+.3f}, {gain['max']:+.3f}) "
-            f"| [{gain['paired_ci95'][0]:+.3f}, {gain['paired_ci95'][1]:+.3f}] | {greedy_text} "
-            f"| {'passes' if dist['verdict']['passes'] else 'fails'} | {res['wall_s']:.0f} |"
-        )
-    lines += [
-        "",
-        "## Every seed",
-        "",
-        "Each run's held-out success with its 95% task-bootstrap interval (episodes of one "
-        "task are not independent); SFT steps: where the loss stop, or the cap "
-        "(`sft_steps`), ended SFT.",
-        "",
-        "| algo | seed | SFT steps | before SFT | after SFT | after RL | RL gain "
-        "| greedy after SFT | greedy after RL | greedy gain | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for algo, res in report["algos"].items():
-        for seed, run in res.get("seeds", {"-": res}).items():
-            greedy = [
-                cell(run[p]["greedy"]) if "greedy" in run[p] else "-"
-                for p in ("after_sft", "after_rl")
-            ]
-            g = run.get("rl_gain_greedy")
-            greedy.append("-" if g is None else f"{g:+.3f}")
-            lines.append(
-                f"| {algo} | {seed} | {run.get('sft_steps_done', '-')} | {cell(run['before_sft'])} "
-                f"| {cell(run['after_sft'])} | {cell(run['after_rl'])} | {run['rl_gain']:+.3f} "
-                f"| {greedy[0]} | {greedy[1]} | {greedy[2]} | {run['wall_s']:.0f} |"
-            )
-    lines += _async_comparison(report["algos"])
-    lines += ["", "![curves](curves.png)", ""]
-    if why:
-        lines += ["## Why this recipe", "", why, ""]
-    return "\n".join(lines)
-
-
-def _verdict_lines(report: dict[str, Any]) -> list[str]:
-    """The headline: whether the primary algorithm meets the recipe's bar, check by check."""
-    verdict = report.get("verdict")
-    if not verdict:
-        return []
-    dist = report["algos"][report["primary"]]["distribution"]
-    gains = ", ".join(f"{g:+.3f}" for g in dist["rl_gain"]["per_seed"])
-    sft, rl = dist["after_sft"]["ci95"], dist["after_rl"]["ci95"]
-    return [
-        f"**{report['primary']} {'passes' if verdict['passes'] else 'fails'} the bar**: mean "
-        f"RL gain over {verdict['n_seeds']} seeds {dist['rl_gain']['mean']:+.3f} (bar "
-        f"{verdict['bar']:+.2f}: {_yes(verdict['mean_gain_meets_bar'])}); every seed gains "
-        f"({gains}: {_yes(verdict['every_seed_gains'])}); after-SFT [{sft[0]:.3f}, "
-        f"{sft[1]:.3f}] and after-RL [{rl[0]:.3f}, {rl[1]:.3f}] intervals apart: "
-        f"{_yes(verdict['intervals_apart'])}.",
-    ]
-
-
-def _platform_text(info: dict[str, Any] | None) -> str:
-    if not info:
-        return "not recorded."
-    packages = info.get("packages", {})
-    return (
-        f"{info.get('cpu', '?')} ({info.get('machine', '?')}, {info.get('cpu_capability', '?')}), "
-        f"torch {packages.get('torch', '?')}, {info.get('torch_threads', '?')} torch thread "
-        f"per run, Python {info.get('python', '?')}. Another CPU or torch rounds differently "
-        "and its runs part after a few hundred steps: what should hold there is the "
-        "distribution, within its spread, not each seed's episodes."
-    )
-
-
-def _yes(flag: bool | None) -> str:
-    return "-" if flag is None else "yes" if flag else "no"
-
-
-def _async_comparison(algos: dict[str, Any]) -> list[str]:
-    """README lines comparing each asynchronous run with the synchronous run of the same
-    algorithm: RL steps per hour (the speedup) and the held-out success difference after
-    RL, with a paired 95% interval over tasks."""
-    pairs = [(k, base_algo(k)) for k in algos if k != base_algo(k) and base_algo(k) in algos]
-    if not pairs:
-        return []
-    lines = [
-        "",
-        "Asynchronous vs synchronous rollouts (same recipe and seeds): RL steps per hour, "
-        "and the held-out success after RL minus the synchronous run's, with a paired 95% "
-        "interval (task bootstrap).",
-        "",
-        "| run | max lag | steps/h | sync steps/h | speedup | success diff [95% CI] "
-        "| greedy diff [95% CI] |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for key, base in pairs:
-        a, s = algos[key], algos[base]
-        fast, slow = a.get("steps_per_hour", 0.0), s.get("steps_per_hour", 0.0)
-        cells = []
-        for get in (lambda r: r["after_rl"], lambda r: r["after_rl"].get("greedy")):
-            mine, theirs = get(a), get(s)
-            if not (mine and theirs):
-                cells.append("-")
-                continue
-            diff, low, high = paired_difference(theirs["per_task"], mine["per_task"])
-            cells.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]")
-        lag = a.get("rollout", {}).get("max_lag", "?")
-        speedup = f"{fast / slow:.2f}x" if slow else "-"
-        lines.append(
-            f"| {key} | {lag} | {fast:.0f} | {slow:.0f} | {speedup} | {cells[0]} | {cells[1]} |"
-        )
-    return lines
-
-
 def _merge(
     out: Path, config: dict[str, Any], results: dict[str, Any], rows: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
@@ -624,63 +525,6 @@ def _settings(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k != "why"}
 
 
-def smooth(values: Sequence[float], window: int) -> list[float]:
-    """The rolling mean of the last ``window`` values at each position (fewer at the
-    start)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v - (values[i - window] if i >= window else 0.0)
-        out.append(total / min(i + 1, window))
-    return out
-
-
-def plot(report: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Training curves of every algorithm on one figure, and the held-out phases."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(15, 4.2))
-    FigureCanvasAgg(fig)
-    train_ax, return_ax, eval_ax = fig.subplots(1, 3)
-    algos = list(report["algos"])
-    for algo in algos:
-        runs = sorted({r.get("seed") for r in rows if r["algo"] == algo}, key=str)
-        for seed in runs:  # one line per seed (None: a single run from before seeds)
-            rl = [
-                r for r in rows if (r["algo"], r.get("seed"), r.get("phase")) == (algo, seed, "rl")
-            ]
-            steps = [r["step"] for r in rl]
-            label = algo if seed is None else f"{algo} seed {seed}"
-            train_ax.plot(steps, smooth([r["success"] for r in rl], 5), label=label)
-            return_ax.plot(steps, smooth([r["reward"] for r in rl], 5), label=label)
-    train_ax.set(title="training success (rolling mean of 5 steps)", xlabel="RL step")
-    return_ax.set(title="training return (rolling mean of 5 steps)", xlabel="RL step")
-    width = 0.8 / max(len(algos), 1)
-    for i, algo in enumerate(algos):
-        res = report["algos"][algo]
-        xs = [j + (i - (len(algos) - 1) / 2) * width for j in range(len(PHASES))]
-        ys = [res[p]["success"] for p in PHASES]
-        err = [
-            [y - res[p]["ci95"][0] for p, y in zip(PHASES, ys, strict=True)],
-            [res[p]["ci95"][1] - y for p, y in zip(PHASES, ys, strict=True)],
-        ]
-        eval_ax.bar(xs, ys, width, yerr=err, capsize=3, label=algo)
-    last = report["algos"][algos[0]]["after_rl"] if algos else {}
-    method = last.get("ci_method", "wilson over episodes")
-    eval_ax.set_xticks(range(len(PHASES)), list(PHASES))
-    eval_ax.set(
-        title=f"held-out success, 95% interval\n({method}; {last.get('n', 0)} episodes)",
-        ylim=(0, 1),
-    )
-    for ax in (train_ax, return_ax, eval_ax):
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{report['recipe']}: SFT warm start, then RL (CPU)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    return path
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentgym_trainers.learn", description=__doc__)
     parser.add_argument(
@@ -709,6 +553,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=_cores(),
         help=f"runs at a time, each a process at one thread (default: the cores, {_cores()})",
+    )
+    parser.add_argument(
+        "--train-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="SEED",
+        help="train only these of the seeds here (split the runs between processes or "
+        "machines); the others are read from --work once finished there, and the results "
+        "are written when every seed's run is in",
     )
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--work", default="runs/learn", help="run folders")
@@ -764,12 +618,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             seeds=range(args.seeds),
             jobs=args.jobs,
             log_path=log_path,
+            train_seeds=args.train_seeds,
             **overrides,
         )
     except Terminated as exc:  # the runs are stopped; finished ones stay in --work
         print(f"learn: {exc}; finished runs are kept in {work}", file=sys.stderr, flush=True)
         return 128 + signal.SIGTERM
-    return 0 if all(r["verdict"]["passes"] for r in reports) else 1
+    complete = len(reports) == len(recipes)
+    return 0 if complete and all(r["verdict"]["passes"] for r in reports) else 1
 
 
 def _cores() -> int:

@@ -416,6 +416,58 @@ def test_results_are_rebuilt_from_the_run_folders_of_every_seed(tmp_path: Path) 
     assert "**grpo passes the bar**" in text
 
 
+def _finished_run(job: Any, sft: float, rl: float, **config: Any) -> dict[str, Any]:
+    """The summary ``job``'s run leaves in its folder (its config as train writes it)."""
+    cfg = job.recipe.config(job.algo, str(job.model_dir), job.run_dir, **job.settings)
+    summary = {**_per_task_summary(sft, rl), "train_seconds": 100.0 + job.seed}
+    summary["config"] = {**json.loads(json.dumps(cfg.to_json())), **config}
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    (job.run_dir / "summary.json").write_text(json.dumps(summary))
+    row = {"step": 1, "phase": "rl", "success": rl, "reward": rl}
+    (job.run_dir / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    return summary
+
+
+def test_train_seeds_trains_its_seeds_and_reads_the_others_finished_elsewhere(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """--train-seeds splits a recipe's runs between processes or machines: only those
+    seeds train; the results wait for the other seeds' finished runs, made with the same
+    settings, and then hold all of them."""
+    recipe, work, out = RECIPES["frozenlake"], tmp_path / "work", tmp_path / "out"
+    jobs = learn.plan_jobs(recipe, work, ["primary"], [0, 1, 2], {})
+    trained: list[int] = []
+
+    def run_job(job: Any) -> tuple[str, int, dict[str, Any], float]:
+        trained.append(job.seed)
+        return job.key, job.seed, _finished_run(job, 0.2, 0.5), 1.0
+
+    monkeypatch.setattr(learn, "run_job", run_job)
+    plan = [(recipe, out, work)]
+
+    def learn_seeds(train_seeds: list[int]) -> list[dict[str, Any]]:
+        return learn_recipes(plan, ["primary"], "cmd", seeds=range(3), train_seeds=train_seeds)
+
+    _finished_run(jobs[0], 0.1, 0.4, run_dir="/elsewhere/seed0")  # another machine's --work
+    assert learn_seeds([2]) == [] and trained == [2]  # seed 1 has not finished anywhere
+    assert not out.exists()
+    (report,) = learn_seeds([1])  # seeds 0 and 2 are in
+    assert trained == [2, 1]
+    per_seed = report["algos"]["grpo"]["distribution"]["rl_gain"]["per_seed"]
+    assert per_seed == [pytest.approx(0.3)] * 3
+    assert (out / "summary.json").is_file()
+
+    _finished_run(jobs[0], 0.1, 0.4, lr=0.5)  # a run with other settings is not mixed in
+    with pytest.raises(ConfigError, match="other settings"):
+        learn_seeds([1])
+    with pytest.raises(ConfigError, match="must be among seeds"):
+        learn_seeds([3])
+    # the command line: exit 1 while results wait (no verdict yet)
+    args = ["frozenlake", "--seeds", "3", "--train-seeds", "2", "--jobs", "1"]
+    assert learn.main([*args, "--work", str(tmp_path / "w2"), "--out", str(tmp_path / "o2")]) == 1
+    assert trained[-1] == 2 and not (tmp_path / "o2").exists()
+
+
 def test_runs_are_run_in_order_in_one_process_with_one_job(monkeypatch: Any) -> None:
     jobs = learn.plan_jobs(RECIPES["frozenlake"], Path("w"), ["primary"], [0, 1, 2], {})
     assert [(j.key, j.seed, j.run_dir) for j in jobs] == [
