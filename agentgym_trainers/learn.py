@@ -30,7 +30,8 @@ every recipe's verdict passes.
 ``--train-seeds 2`` trains only seed 2 here: the seeds of one command can be split between
 processes or machines. Each other seed's run is read from its folder in ``--work`` once it
 has finished there with the same settings (copy it in), and the results are written when
-every seed's run is in; until then the command says which seeds it waits for and exits 1.
+every seed's run is in; until then the command says which seeds it waits for and exits 3
+(0 and 1 are the verdict's). Its results name the command of every seed's run.
 
 ``--rollout async --max-lag K`` trains the same recipe with asynchronous rollouts
 (:mod:`agentgym_trainers.async_rollout`); its results are stored next to the synchronous
@@ -61,10 +62,10 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_envs.core.errors import ConfigError
-from agentgym_trainers.learn_report import _verdict_lines
 from agentgym_trainers.learn_report import base_algo as base_algo
 from agentgym_trainers.learn_report import markdown as markdown
 from agentgym_trainers.learn_report import plot as plot
+from agentgym_trainers.learn_report import verdict_lines
 from agentgym_trainers.learn_stats import PHASES as PHASES
 from agentgym_trainers.learn_stats import algo_result as algo_result
 from agentgym_trainers.learn_stats import combine
@@ -80,6 +81,8 @@ from agentgym_trainers.workers import Terminated, run_all
 log = logging.getLogger(__name__)
 
 RESULTS = Path("docs/results/cpu")
+WAITING = 3
+"""learn's exit status while a recipe's results wait for seeds trained elsewhere."""
 
 
 def build_model(recipe: Recipe, folder: Path, init_seed: int | None = None) -> Path:
@@ -179,6 +182,7 @@ def run_job(job: RunJob) -> tuple[str, int, dict[str, Any], float]:
     config = job.recipe.config(job.algo, str(model), job.run_dir, **job.settings)
     summary = train(config, on_event=progress)
     (job.run_dir / "command.txt").write_text(job.command + "\n")
+    (job.run_dir / "model.json").write_text(json.dumps(_model_record(job)) + "\n")
     return job.key, job.seed, summary, time.perf_counter() - start
 
 
@@ -263,7 +267,8 @@ def plan_jobs(
     them) at each seed, in ``work/<key>/seed<N>``, from ``work/model-seed<N>``.
 
     Raises:
-        ConfigError: an algorithm the recipe does not have.
+        ConfigError: an algorithm the recipe does not have, or no held-out evaluation
+            (``eval_episodes`` 0: learn measures held-out success).
     """
     chosen = tuple(
         dict.fromkeys(recipe.primary if a == "primary" else a for a in algos or recipe.algos)
@@ -355,27 +360,36 @@ def learn_recipes(
             reports[recipe.name] = write_results(
                 recipe, out, work, finished[recipe.name], command, from_runs, mode, overrides
             )
-            clock.say(_verdict_lines(reports[recipe.name])[0].replace("**", ""))
+            clock.say(verdict_lines(reports[recipe.name])[0].replace("**", ""))
 
     queue = [job for jobs_ in pending.values() for job in jobs_]
-    if train_seeds is not None and not set(train_seeds) <= set(seeds):
-        raise ConfigError(f"train_seeds {list(train_seeds)} must be among seeds {list(seeds)}")
-    if from_runs:
+    if train_seeds is not None and (from_runs or not set(train_seeds) <= set(seeds)):
+        raise ConfigError(
+            f"train_seeds {list(train_seeds)} must be among seeds {list(seeds)}, without "
+            "from_runs (which trains nothing)"
+        )
+    here = [j for j in queue if not from_runs and (train_seeds is None or j.seed in train_seeds)]
+    read: set[tuple[str, str, int]] = set()
+
+    def read_finished() -> None:
+        """Take in the runs not trained here that have finished in their folders."""
         for job in queue:
-            summary = json.loads((job.run_dir / "summary.json").read_text())
-            done(job, (job.key, job.seed, summary, float(summary["train_seconds"])))
-    else:
-        here = [j for j in queue if train_seeds is None or j.seed in train_seeds]
-        for job in queue:
-            summary = None if job in here else finished_run(job)
+            if job in here or (job.recipe.name, job.key, job.seed) in read:
+                continue
+            summary = finished_run(job)
+            if summary is None and from_runs:
+                raise ConfigError(f"{job.run_dir} holds no finished run to rebuild from")
             if summary is not None:
+                read.add((job.recipe.name, job.key, job.seed))
                 done(job, (job.key, job.seed, summary, float(summary["train_seconds"])))
-        run_jobs(here, jobs, done)
+
+    read_finished()
+    run_jobs(here, jobs, done)
+    read_finished()  # the runs that finished elsewhere while these trained
     for recipe, _, work in plan:
         if recipe.name not in reports:
-            missing = sorted(
-                {j.seed for j in pending[recipe.name]} - {s for _, s, *_ in finished[recipe.name]}
-            )
+            have = {s for _, s, *_ in finished[recipe.name]}
+            missing = sorted({j.seed for j in pending[recipe.name]} - have)
             clock.say(
                 f"{recipe.name}: results wait for seeds {missing}; once their runs are in "
                 f"{work}, rebuild them with --from-runs"
@@ -385,24 +399,34 @@ def learn_recipes(
 
 def finished_run(job: RunJob) -> dict[str, Any] | None:
     """The summary of ``job``'s finished run in its folder (trained by another process or
-    machine), or None when it has not finished.
+    machine, or earlier), or None when there is none or it has not finished.
 
     Raises:
-        ConfigError: the folder holds a run made with other settings.
+        ConfigError: the folder holds a run made with other settings or another model.
     """
     path = job.run_dir / "summary.json"
-    if not path.is_file():
+    if not path.is_file() or not (job.run_dir / "metrics.jsonl").is_file():
         return None
     summary: dict[str, Any] = json.loads(path.read_text())
+    if summary.get("status") != "finished":  # still training, or killed
+        return None
     config = job.recipe.config(job.algo, str(job.model_dir), job.run_dir, **job.settings)
     where = ("model", "run_dir")  # the folders it ran in (another machine's --work) differ
     mine = {k: v for k, v in json.loads(json.dumps(config.to_json())).items() if k not in where}
-    if {k: v for k, v in summary.get("config", {}).items() if k not in where} != mine:
+    same = {k: v for k, v in summary.get("config", {}).items() if k not in where} == mine
+    model = job.run_dir / "model.json"  # runs made before it was kept have none
+    if not same or (model.is_file() and json.loads(model.read_text()) != _model_record(job)):
         raise ConfigError(
-            f"{job.run_dir} holds a run with other settings than {job.label}'s; delete it "
-            "or use another --work"
+            f"{job.run_dir} holds a run with other settings or another model than "
+            f"{job.label}'s; delete it or use another --work"
         )
     return summary
+
+
+def _model_record(job: RunJob) -> dict[str, Any]:
+    """The model a run of ``job`` trains: the recipe's shape and this seed's init seed."""
+    shape = dataclasses.asdict(job.recipe.model)
+    return {"shape": shape, "init_seed": job.recipe.model.seed + job.seed}
 
 
 def run_jobs(
@@ -443,10 +467,12 @@ def write_results(
         results[key] = combine(per_seed, recipe.bar)
         if mode:
             results[key]["rollout"] = mode
-        results[key]["command"] = command
-        kept = work / key / f"seed{next(iter(per_seed))}" / "command.txt"
-        if from_runs and kept.is_file():  # the command that trained the runs
-            results[key]["command"] = kept.read_text().strip()
+        # the commands that trained the runs (several where seeds were split between them)
+        kept = [work / key / f"seed{seed}" / "command.txt" for seed in per_seed]
+        trained = [p.read_text().strip() if p.is_file() else command for p in kept]
+        results[key]["command"] = trained[0]
+        if len(set(trained)) > 1:
+            results[key]["commands"] = list(dict.fromkeys(trained))
     # algorithms run by other calls of the same recipe and config are kept (read when
     # this call ends), so the three can run in separate or concurrent calls
     out.mkdir(parents=True, exist_ok=True)
@@ -505,7 +531,7 @@ def _commands(results: dict[str, Any], legacy: Sequence[str]) -> list[str]:
     """The commands behind ``results``, each once: every result names its own (a rerun
     replaces its algorithm's command); results from before that kept only the summary's
     list (``legacy``), which is then kept too."""
-    own = [r["command"] for r in results.values() if r.get("command")]
+    own = [c for r in results.values() for c in r.get("commands") or [r.get("command")] if c]
     older = list(legacy) if any(not r.get("command") for r in results.values()) else []
     return list(dict.fromkeys([*older, *own]))
 
@@ -624,8 +650,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated as exc:  # the runs are stopped; finished ones stay in --work
         print(f"learn: {exc}; finished runs are kept in {work}", file=sys.stderr, flush=True)
         return 128 + signal.SIGTERM
-    complete = len(reports) == len(recipes)
-    return 0 if complete and all(r["verdict"]["passes"] for r in reports) else 1
+    if len(reports) < len(recipes):
+        return WAITING  # no verdict yet: not a failure of the bar
+    return 0 if all(r["verdict"]["passes"] for r in reports) else 1
 
 
 def _cores() -> int:

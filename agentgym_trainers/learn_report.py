@@ -35,7 +35,7 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
         "",
         *[f"    {c}" for c in report.get("commands", [])],
         "",
-        *_verdict_lines(report),
+        *verdict_lines(report),
         "",
         "Platform: " + _platform_text(primary.get("platform")),
         "",
@@ -70,8 +70,8 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
         "## Every seed",
         "",
         "Each run's held-out success with its 95% task-bootstrap interval (episodes of one "
-        "task are not independent); SFT steps: where the loss stop, or the cap "
-        "(`sft_steps`), ended SFT.",
+        "task are not independent); SFT steps: where the recipe's stop (its loss or its "
+        "policy's success), or the cap (`sft_steps`), ended SFT.",
         "",
         "| algo | seed | SFT steps | before SFT | after SFT | after RL | RL gain "
         "| greedy after SFT | greedy after RL | greedy gain | wall s |",
@@ -97,7 +97,7 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
     return "\n".join(lines)
 
 
-def _verdict_lines(report: dict[str, Any]) -> list[str]:
+def verdict_lines(report: dict[str, Any]) -> list[str]:
     """The headline: whether the primary algorithm meets the recipe's bar, check by check."""
     verdict = report.get("verdict")
     if not verdict:

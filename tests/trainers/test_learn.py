@@ -242,11 +242,18 @@ def test_overrides_are_json_with_a_clear_error() -> None:
         _override("steps")
 
 
-def test_learn_without_a_held_out_evaluation_is_refused_before_any_run(tmp_path: Path) -> None:
+def test_learn_without_a_held_out_evaluation_is_refused_before_any_run(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     # it used to train every run and then fail on the missing evaluation (KeyError)
+    def run_job(job: Any) -> Any:
+        raise AssertionError(f"{job.label} trained")
+
+    monkeypatch.setattr(learn, "run_job", run_job)
+    plan = [(RECIPES["frozenlake"], tmp_path / "out", tmp_path / "work")]
     with pytest.raises(ConfigError, match="eval_episodes must be > 0"):
-        learn.plan_jobs(RECIPES["frozenlake"], tmp_path, ["primary"], [0], {"eval_episodes": 0})
-    assert not any(tmp_path.iterdir())
+        learn_recipes(plan, ["primary"], seeds=range(2), eval_episodes=0)
+    assert not (tmp_path / "out").exists()
 
 
 def test_committed_recipes_are_valid_configs(tmp_path: Path) -> None:
@@ -392,14 +399,10 @@ def test_results_are_rebuilt_from_the_run_folders_of_every_seed(tmp_path: Path) 
     the README and the rows of every seed, with the command that trained the runs."""
     recipe = RECIPES["frozenlake"]
     work = tmp_path / "work"
-    for seed, (sft, rl) in enumerate([(0.2, 0.5), (0.3, 0.6), (0.25, 0.55)]):
-        run = work / "grpo" / f"seed{seed}"
-        run.mkdir(parents=True)
-        summary = {**_per_task_summary(sft, rl), "train_seconds": 100.0 + seed}
-        (run / "summary.json").write_text(json.dumps(summary))
-        rows = [{"step": s, "phase": "rl", "success": rl, "reward": rl} for s in range(3)]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (run / "command.txt").write_text("python -m agentgym_trainers.learn --seeds 3\n")
+    jobs = learn.plan_jobs(recipe, work, ["primary"], [0, 1, 2], {})
+    for job, (sft, rl) in zip(jobs, [(0.2, 0.5), (0.3, 0.6), (0.25, 0.55)], strict=True):
+        _finished_run(job, sft, rl, rows=3)
+        (job.run_dir / "command.txt").write_text("python -m agentgym_trainers.learn --seeds 3\n")
     (report,) = learn_recipes(
         [(recipe, tmp_path / "out", work)], ["primary"], "rebuild", from_runs=True, seeds=range(3)
     )
@@ -416,15 +419,18 @@ def test_results_are_rebuilt_from_the_run_folders_of_every_seed(tmp_path: Path) 
     assert "**grpo passes the bar**" in text
 
 
-def _finished_run(job: Any, sft: float, rl: float, **config: Any) -> dict[str, Any]:
+def _finished_run(
+    job: Any, sft: float, rl: float, rows: int = 1, status: str = "finished", **config: Any
+) -> dict[str, Any]:
     """The summary ``job``'s run leaves in its folder (its config as train writes it)."""
     cfg = job.recipe.config(job.algo, str(job.model_dir), job.run_dir, **job.settings)
     summary = {**_per_task_summary(sft, rl), "train_seconds": 100.0 + job.seed}
     summary["config"] = {**json.loads(json.dumps(cfg.to_json())), **config}
+    summary["status"] = status
     job.run_dir.mkdir(parents=True, exist_ok=True)
     (job.run_dir / "summary.json").write_text(json.dumps(summary))
-    row = {"step": 1, "phase": "rl", "success": rl, "reward": rl}
-    (job.run_dir / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    lines = [{"step": s, "phase": "rl", "success": rl, "reward": rl} for s in range(rows)]
+    (job.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     return summary
 
 
@@ -433,39 +439,66 @@ def test_train_seeds_trains_its_seeds_and_reads_the_others_finished_elsewhere(
 ) -> None:
     """--train-seeds splits a recipe's runs between processes or machines: only those
     seeds train; the results wait for the other seeds' finished runs, made with the same
-    settings, and then hold all of them."""
+    settings and model, and then hold each seed's own run and command."""
     recipe, work, out = RECIPES["frozenlake"], tmp_path / "work", tmp_path / "out"
     jobs = learn.plan_jobs(recipe, work, ["primary"], [0, 1, 2], {})
     trained: list[int] = []
+    elsewhere: dict[int, tuple[float, float]] = {}  # runs that finish while this one trains
 
     def run_job(job: Any) -> tuple[str, int, dict[str, Any], float]:
         trained.append(job.seed)
+        for seed, (sft, rl) in elsewhere.items():
+            _finished_run(jobs[seed], sft, rl)
+        (job.run_dir / "command.txt").parent.mkdir(parents=True, exist_ok=True)
+        (job.run_dir / "command.txt").write_text(f"learn --train-seeds {job.seed}\n")
         return job.key, job.seed, _finished_run(job, 0.2, 0.5), 1.0
 
     monkeypatch.setattr(learn, "run_job", run_job)
     plan = [(recipe, out, work)]
 
-    def learn_seeds(train_seeds: list[int]) -> list[dict[str, Any]]:
-        return learn_recipes(plan, ["primary"], "cmd", seeds=range(3), train_seeds=train_seeds)
+    def learn_seeds(train_seeds: list[int], from_runs: bool = False) -> list[dict[str, Any]]:
+        return learn_recipes(
+            plan, ["primary"], "cmd", from_runs, seeds=range(3), train_seeds=train_seeds
+        )
 
-    _finished_run(jobs[0], 0.1, 0.4, run_dir="/elsewhere/seed0")  # another machine's --work
-    assert learn_seeds([2]) == [] and trained == [2]  # seed 1 has not finished anywhere
+    _finished_run(jobs[0], 0.1, 0.5, run_dir="/elsewhere/seed0")  # another machine's --work
+    _finished_run(jobs[1], 0.3, 0.9, status="running")  # still training there
+    assert learn_seeds([2]) == [] and trained == [2]
     assert not out.exists()
-    (report,) = learn_seeds([1])  # seeds 0 and 2 are in
-    assert trained == [2, 1]
+    elsewhere[1] = (0.3, 0.4)  # seed 1 finishes there while seed 2 trains here
+    (report,) = learn_seeds([2])
+    assert trained == [2, 2]
     per_seed = report["algos"]["grpo"]["distribution"]["rl_gain"]["per_seed"]
-    assert per_seed == [pytest.approx(0.3)] * 3
+    assert per_seed == [pytest.approx(0.4), pytest.approx(0.1), pytest.approx(0.3)]
+    assert report["commands"] == ["cmd", "learn --train-seeds 2"]  # seeds 0-1 kept none
     assert (out / "summary.json").is_file()
 
     _finished_run(jobs[0], 0.1, 0.4, lr=0.5)  # a run with other settings is not mixed in
     with pytest.raises(ConfigError, match="other settings"):
         learn_seeds([1])
+    _finished_run(jobs[0], 0.1, 0.4)
+    (jobs[0].run_dir / "model.json").write_text(json.dumps({"shape": {}, "init_seed": 7}))
+    with pytest.raises(ConfigError, match="another model"):  # nor one of another model
+        learn_recipes(plan, ["primary"], "cmd", from_runs=True, seeds=range(3))
     with pytest.raises(ConfigError, match="must be among seeds"):
         learn_seeds([3])
-    # the command line: exit 1 while results wait (no verdict yet)
+    with pytest.raises(ConfigError, match="without from_runs"):
+        learn_seeds([1], from_runs=True)
+    # the command line: exit 3 while results wait (no verdict yet; 1 is a failed bar)
     args = ["frozenlake", "--seeds", "3", "--train-seeds", "2", "--jobs", "1"]
-    assert learn.main([*args, "--work", str(tmp_path / "w2"), "--out", str(tmp_path / "o2")]) == 1
+    code = learn.main([*args, "--work", str(tmp_path / "w2"), "--out", str(tmp_path / "o2")])
+    assert code == learn.WAITING == 3
     assert trained[-1] == 2 and not (tmp_path / "o2").exists()
+
+
+def test_from_runs_refuses_a_missing_or_unfinished_run(tmp_path: Path) -> None:
+    recipe, work = RECIPES["frozenlake"], tmp_path / "work"
+    jobs = learn.plan_jobs(recipe, work, ["primary"], [0, 1], {})
+    _finished_run(jobs[0], 0.2, 0.5)
+    _finished_run(jobs[1], 0.2, 0.5, status="running")
+    plan = [(recipe, tmp_path / "out", work)]
+    with pytest.raises(ConfigError, match="seed1 holds no finished run"):
+        learn_recipes(plan, ["primary"], "cmd", from_runs=True, seeds=range(2))
 
 
 def test_runs_are_run_in_order_in_one_process_with_one_job(monkeypatch: Any) -> None:
