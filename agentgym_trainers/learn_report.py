@@ -37,7 +37,7 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
         "",
         *verdict_lines(report),
         "",
-        "Platform: " + _platform_text(primary.get("platform")),
+        _platform_line(primary),
         "",
         "## Distribution over seeds",
         "",
@@ -115,16 +115,31 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _platform_line(result: dict[str, Any]) -> str:
+    """Where the runs ran: one platform, or each seed's where they differ (the seeds of
+    one command split between machines with ``--train-seeds``)."""
+    where: dict[str, list[str]] = {}
+    for seed, run in result.get("seeds", {}).items():
+        where.setdefault(_platform_text(run.get("platform")), []).append(seed)
+    tail = (
+        " Another CPU or torch rounds differently and its runs part after a few hundred "
+        "steps: what should hold there is the distribution, within its spread, not each "
+        "seed's episodes."
+    )
+    if len(where) <= 1:
+        return "Platform: " + _platform_text(result.get("platform")) + "." + tail
+    parts = [f"seeds {', '.join(seeds)} on {text}" for text, seeds in where.items()]
+    return "Platforms differ between seeds: " + "; ".join(parts) + "." + tail
+
+
 def _platform_text(info: dict[str, Any] | None) -> str:
     if not info:
-        return "not recorded."
+        return "not recorded"
     packages = info.get("packages", {})
     return (
         f"{info.get('cpu', '?')} ({info.get('machine', '?')}, {info.get('cpu_capability', '?')}), "
         f"torch {packages.get('torch', '?')}, {info.get('torch_threads', '?')} torch thread "
-        f"per run, Python {info.get('python', '?')}. Another CPU or torch rounds differently "
-        "and its runs part after a few hundred steps: what should hold there is the "
-        "distribution, within its spread, not each seed's episodes."
+        f"per run, Python {info.get('python', '?')}"
     )
 
 

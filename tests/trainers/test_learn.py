@@ -180,6 +180,21 @@ def test_results_readme_leads_with_the_verdict_and_the_distribution_over_seeds()
     assert "**grpo fails the bar**" in markdown(_report(failing))
 
 
+def test_results_readme_names_each_seeds_platform_where_they_differ() -> None:
+    """Seeds split between machines (--train-seeds) ran on different platforms: the README
+    says which ran where instead of showing the first seed's as everyone's."""
+    epyc = {"cpu": "AMD EPYC", "machine": "x86_64", "cpu_capability": "AVX512"}
+    xeon = {**epyc, "cpu": "Intel Xeon"}
+    per_seed = {}
+    for s, where in enumerate([epyc, epyc, xeon]):
+        per_seed[str(s)] = algo_result({**_per_task_summary(0.2, 0.5), "platform": where}, 9.0)
+    text = markdown(_report(per_seed))
+    assert "Platforms differ between seeds: seeds 0, 1 on AMD EPYC (x86_64, AVX512)" in text
+    assert "; seeds 2 on Intel Xeon (x86_64, AVX512)" in text
+    same = markdown(_report({k: per_seed[k] for k in ("0", "1")}))
+    assert "Platform: AMD EPYC (x86_64, AVX512), torch ?" in same
+
+
 def test_results_readme_without_greedy_evaluations_shows_dashes() -> None:
     """A recipe with eval_greedy_too false has no greedy columns to fill: dashes, not nan."""
     results = {"grpo": algo_result(_summary(0.0, 0.1, 0.45), 9.0)}
@@ -278,6 +293,8 @@ def test_results_in_the_repo_match_their_recipe() -> None:
         report = json.loads(path.read_text())
         recipe = RECIPES[report["recipe"]]
         if path not in replications:
+            # the README is generated from the summary, never typed
+            assert (path.parent / "README.md").read_text() == markdown(report, recipe.why)
             expected = json.loads(json.dumps(dataclasses.asdict(recipe)))
             assert _runs_settings(report["config"]) == {
                 **_runs_settings(expected),
