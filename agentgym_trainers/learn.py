@@ -423,6 +423,17 @@ def finished_run(job: RunJob) -> dict[str, Any] | None:
     return summary
 
 
+def training_success(rows: Sequence[dict[str, Any]], window: int = 20) -> dict[str, Any] | None:
+    """A run's mean training success over its first and last ``window`` RL steps (None
+    without RL steps): set next to the held-out success, it shows whether RL learnt what
+    carries to unseen tasks or fitted the training tasks."""
+    rl = [float(r["success"]) for r in rows if r.get("phase") == "rl" and "success" in r]
+    if not rl:
+        return None
+    n = min(window, len(rl))
+    return {"first": round(sum(rl[:n]) / n, 4), "last": round(sum(rl[-n:]) / n, 4), "window": n}
+
+
 def _model_record(job: RunJob) -> dict[str, Any]:
     """The model a run of ``job`` trains: the recipe's shape and this seed's init seed."""
     shape = dataclasses.asdict(job.recipe.model)
@@ -457,11 +468,13 @@ def write_results(
     by_key: dict[str, dict[str, dict[str, Any]]] = {}
     rows: list[dict[str, Any]] = []
     for key, seed, summary, wall in sorted(finished, key=lambda f: (f[0], f[1])):
-        by_key.setdefault(key, {})[str(seed)] = algo_result(summary, wall)
         run_dir = work / key / f"seed{seed}"
-        rows += [
-            {"algo": key, "seed": seed, **row} for row in read_metrics(run_dir / "metrics.jsonl")
-        ]
+        mine = read_metrics(run_dir / "metrics.jsonl")
+        result = algo_result(summary, wall)
+        if (fit := training_success(mine)) is not None:
+            result["training_success"] = fit
+        by_key.setdefault(key, {})[str(seed)] = result
+        rows += [{"algo": key, "seed": seed, **row} for row in mine]
     results: dict[str, Any] = {}
     for key, per_seed in by_key.items():
         results[key] = combine(per_seed, recipe.bar)

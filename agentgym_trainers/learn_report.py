@@ -71,11 +71,13 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
         "",
         "Each run's held-out success with its 95% task-bootstrap interval (episodes of one "
         "task are not independent); SFT steps: where the recipe's stop (its loss or its "
-        "policy's success), or the cap (`sft_steps`), ended SFT.",
+        "policy's success), or the cap (`sft_steps`), ended SFT; training success: the mean "
+        "over the first and the last 20 RL steps, on the training tasks (a rise there that "
+        "the held-out success does not share is RL fitting the training tasks).",
         "",
         "| algo | seed | SFT steps | before SFT | after SFT | after RL | RL gain "
-        "| greedy after SFT | greedy after RL | greedy gain | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| training success | greedy after SFT | greedy after RL | greedy gain | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for algo, res in report["algos"].items():
         for seed, run in res.get("seeds", {"-": res}).items():
@@ -85,10 +87,12 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
             ]
             g = run.get("rl_gain_greedy")
             greedy.append("-" if g is None else f"{g:+.3f}")
+            fit = run.get("training_success")
+            fit_text = "-" if fit is None else f"{fit['first']:.3f} -> {fit['last']:.3f}"
             lines.append(
                 f"| {algo} | {seed} | {run.get('sft_steps_done', '-')} | {cell(run['before_sft'])} "
                 f"| {cell(run['after_sft'])} | {cell(run['after_rl'])} | {run['rl_gain']:+.3f} "
-                f"| {greedy[0]} | {greedy[1]} | {greedy[2]} | {run['wall_s']:.0f} |"
+                f"| {fit_text} | {greedy[0]} | {greedy[1]} | {greedy[2]} | {run['wall_s']:.0f} |"
             )
     lines += _async_comparison(report["algos"])
     lines += ["", "![curves](curves.png)", ""]

@@ -180,6 +180,26 @@ def test_results_readme_leads_with_the_verdict_and_the_distribution_over_seeds()
     assert "**grpo fails the bar**" in markdown(_report(failing))
 
 
+def test_results_show_training_success_next_to_held_out_success(tmp_path: Path) -> None:
+    """Each seed's training success over its first and last RL steps is kept and shown:
+    a rise there that the held-out success does not share is RL fitting its tasks."""
+    rows = [{"phase": "sft", "sft_loss": 1.0}] + [
+        {"phase": "rl", "step": s, "success": 0.1 if s < 20 else 0.6, "reward": 0.0}
+        for s in range(50)
+    ]
+    assert learn.training_success(rows) == {"first": 0.1, "last": 0.6, "window": 20}
+    assert learn.training_success(rows[:6]) == {"first": 0.1, "last": 0.1, "window": 5}
+    assert learn.training_success(rows[:1]) is None
+    recipe, work = RECIPES["frozenlake"], tmp_path / "work"
+    (job,) = learn.plan_jobs(recipe, work, ["primary"], [0], {})
+    _finished_run(job, 0.2, 0.25, rows=30)
+    (job.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (report,) = learn_recipes([(recipe, tmp_path / "out", work)], ["primary"], "c", True, seeds=[0])
+    assert report["algos"]["grpo"]["seeds"]["0"]["training_success"]["last"] == 0.6
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert "| +0.050 | 0.100 -> 0.600 |" in text
+
+
 def test_results_readme_names_each_seeds_platform_where_they_differ() -> None:
     """Seeds split between machines (--train-seeds) ran on different platforms: the README
     says which ran where instead of showing the first seed's as everyone's."""
@@ -208,10 +228,10 @@ def test_results_readme_without_greedy_evaluations_shows_dashes() -> None:
     }
     text = markdown(report)
     assert "nan" not in text
-    assert "| +0.350 | - | - | - | 9 |" in text
+    assert "| +0.350 | - | - | - | - | 9 |" in text
     per_seed = {"0": algo_result(_per_task_summary(0.1, 0.45, greedy=False), 9.0)}
     text = markdown(_report(per_seed))
-    assert "nan" not in text and "| +0.350 | - | - | - | 9 |" in text
+    assert "nan" not in text and "| +0.350 | - | - | - | - | 9 |" in text
 
 
 def test_calls_for_other_algorithms_are_merged_and_a_new_config_replaces_them(
