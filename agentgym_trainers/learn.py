@@ -174,7 +174,7 @@ def run_job(job: RunJob) -> tuple[str, int, dict[str, Any], float]:
     import torch
 
     torch.set_num_threads(1)
-    model = build_model(job.recipe, job.model_dir, init_seed=job.recipe.model.seed + job.seed)
+    model = build_model(job.recipe, job.model_dir, init_seed=_model_record(job)["init_seed"])
     shutil.rmtree(job.run_dir, ignore_errors=True)  # a rerun must not append to old rows
     progress = Progress(job.label, job.log_path)
     progress.say("started")
@@ -369,18 +369,17 @@ def learn_recipes(
             "from_runs (which trains nothing)"
         )
     here = [j for j in queue if not from_runs and (train_seeds is None or j.seed in train_seeds)]
-    read: set[tuple[str, str, int]] = set()
 
     def read_finished() -> None:
         """Take in the runs not trained here that have finished in their folders."""
         for job in queue:
-            if job in here or (job.recipe.name, job.key, job.seed) in read:
+            taken = {(key, seed) for key, seed, *_ in finished[job.recipe.name]}
+            if job in here or (job.key, job.seed) in taken:
                 continue
             summary = finished_run(job)
             if summary is None and from_runs:
                 raise ConfigError(f"{job.run_dir} holds no finished run to rebuild from")
             if summary is not None:
-                read.add((job.recipe.name, job.key, job.seed))
                 done(job, (job.key, job.seed, summary, float(summary["train_seconds"])))
 
     read_finished()
