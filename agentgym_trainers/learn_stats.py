@@ -208,15 +208,20 @@ def distribution(seeds: Mapping[str, Mapping[str, Any]], bar: float) -> dict[str
     return out
 
 
+MIN_SEEDS = 3
+"""The fewest seeds whose distribution a verdict can pass."""
+
+
 def verdict(
     gains: Sequence[float],
     sft_ci: Sequence[float],
     rl_ci: Sequence[float],
     bar: float,
 ) -> dict[str, Any]:
-    """Whether a recipe passes: its mean RL gain over seeds is at least ``bar``, every
-    seed gains (> 0), and the 95% intervals of after-SFT and after-RL success (over seeds
-    and tasks) are apart, the after-RL one above.
+    """Whether a recipe passes: it ran at least :data:`MIN_SEEDS` seeds (one or two
+    runs are anecdotes, however large their gain), its mean RL gain over them is at least
+    ``bar``, every seed gains (> 0), and the 95% intervals of after-SFT and after-RL
+    success (over seeds and tasks) are apart, the after-RL one above.
 
     Returns:
         ``passes`` and each check by name, with the bar and the number of seeds.
@@ -225,6 +230,7 @@ def verdict(
         raise ValueError("a verdict needs at least one seed's gain")
     mean = sum(gains) / len(gains)
     checks = {
+        "enough_seeds": len(gains) >= MIN_SEEDS,
         "mean_gain_meets_bar": mean >= bar - 1e-9,
         "every_seed_gains": all(g > 0 for g in gains),
         "intervals_apart": rl_ci[0] > sft_ci[1],

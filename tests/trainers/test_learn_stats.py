@@ -51,6 +51,8 @@ def test_spread_is_mean_sample_std_min_and_max() -> None:
         ([0.60, 0.25, 0.0], (0.2, 0.3), (0.45, 0.6), "every_seed_gains"),  # one seed flat
         ([0.60, 0.35, -0.05], (0.2, 0.3), (0.45, 0.6), "every_seed_gains"),
         ([0.30, 0.26, 0.28], (0.2, 0.5), (0.45, 0.6), "intervals_apart"),  # overlap
+        ([0.40, 0.35], (0.2, 0.3), (0.45, 0.6), "enough_seeds"),  # two runs: an anecdote
+        ([0.40], (0.2, 0.3), (0.45, 0.6), "enough_seeds"),
     ],
 )
 def test_verdict_needs_the_bar_every_seed_and_apart_intervals(
@@ -58,14 +60,14 @@ def test_verdict_needs_the_bar_every_seed_and_apart_intervals(
 ) -> None:
     got = verdict(gains, sft_ci, rl_ci, bar=0.25)
     assert got["passes"] is (failed is None)
-    checks = ("mean_gain_meets_bar", "every_seed_gains", "intervals_apart")
+    checks = ("enough_seeds", "mean_gain_meets_bar", "every_seed_gains", "intervals_apart")
     assert [c for c in checks if not got[c]] == ([] if failed is None else [failed])
     assert got["bar"] == 0.25 and got["n_seeds"] == len(gains)
 
 
 def test_verdict_at_exactly_the_bar_passes() -> None:
     """A mean gain of exactly +0.25 (0.1 + 0.15 in float) meets a 0.25 bar."""
-    assert verdict([0.1 + 0.15], (0.0, 0.1), (0.2, 0.5), bar=0.25)["passes"] is True
+    assert verdict([0.1 + 0.15] * 3, (0.0, 0.1), (0.2, 0.5), bar=0.25)["passes"] is True
 
 
 def test_two_stage_interval_widens_with_the_seeds_spread() -> None:
