@@ -86,9 +86,10 @@ test: lint test-verl
 	$(BIN)/python -m pytest --ignore=$(VERL_TEST) -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The CPU learning proof: each committed recipe (agentgym_trainers/configs/*.toml) from a random small
-# model: SFT warm start (stopped by its loss), then the recipe's primary algorithm (GRPO), over 3
-# seeds, evaluated on 200 held-out episodes per seed and phase; the verdict is the recipe's bar
-# (mean gain over seeds, every seed gaining, intervals apart) and the exit status says it.
+# model: SFT warm start (stopped by the recipe's criterion: its loss, or its policy's own sampled
+# success), then the recipe's primary algorithm (GRPO), over 3 seeds, evaluated on 200 held-out
+# episodes per seed and phase; the verdict is the recipe's bar (at least 3 seeds, mean gain over
+# them, every seed gaining, intervals apart) and the exit status says it.
 # Writes docs/results/cpu/<recipe>/{summary.json,metrics.jsonl,curves.png,README.md}; runs/learn
 # keeps the run folders and progress.log (the progress lines printed as it goes). One thread
 # per run and one run per core (--jobs); e.g. LEARN_ARGS="--algos grpo rloo ppo --seeds 5".
