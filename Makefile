@@ -86,8 +86,8 @@ test: lint test-verl
 	$(BIN)/python -m pytest --ignore=$(VERL_TEST) -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The CPU learning proof: each committed recipe (agentgym_trainers/configs/*.toml) from a random small
-# model: SFT warm start (stopped by the recipe's criterion: its loss, or its policy's own sampled
-# success), then the recipe's primary algorithm (GRPO), over 3 seeds, evaluated on 200 held-out
+# model: SFT warm start (stopped once its policy's own sampled success reaches the recipe's
+# threshold), then the recipe's primary algorithm (GRPO), over 3 seeds, evaluated on 200 held-out
 # episodes per seed and phase; the verdict is the recipe's bar (at least 3 seeds, mean gain over
 # them, every seed gaining, intervals apart) and the exit status says it.
 # Writes docs/results/cpu/<recipe>/{summary.json,metrics.jsonl,curves.png,README.md}; runs/learn
