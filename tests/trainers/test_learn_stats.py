@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agentgym_trainers.learn import Progress, learn_recipes, seed_settings
+from agentgym_trainers.learn_report import verdict_lines
 from agentgym_trainers.learn_stats import (
     combine,
     distribution,
@@ -174,3 +175,16 @@ def test_progress_shows_each_phase_start_and_end_and_writes_the_log(tmp_path: Pa
     assert "eval_before 4/4 episodes, success 0.500 (elapsed" in lines[3]
     assert "sft stopped by its stop criterion at step 3/10" in lines[5]
     assert "rl step 1/5 success 0.250" in lines[6]
+
+
+def test_a_verdict_over_too_few_seeds_says_so_in_the_headline() -> None:
+    """One seed that gains +0.8 with apart intervals still fails: one run is an anecdote."""
+    dist = distribution({"0": _seed(0.0, 0.1, 0.9)}, bar=0.25)
+    assert dist["verdict"]["mean_gain_meets_bar"] and not dist["verdict"]["passes"]
+    report = {
+        "primary": "grpo",
+        "verdict": dist["verdict"],
+        "algos": {"grpo": {"distribution": dist}},
+    }
+    (line,) = verdict_lines(report)
+    assert line.startswith("**grpo fails the bar**") and "over 1 seeds (at least 3: no)" in line
