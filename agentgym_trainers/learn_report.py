@@ -111,20 +111,14 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     sft, rl = dist["after_sft"]["ci95"], dist["after_rl"]["ci95"]
     return [
         f"**{report['primary']} {'passes' if verdict['passes'] else 'fails'} the bar**: mean "
-        f"RL gain over {verdict['n_seeds']} seeds{_seeds_check(verdict)} "
+        f"RL gain over {verdict['n_seeds']} seeds"
+        f"{'' if verdict['enough_seeds'] else f' (at least {MIN_SEEDS}: no)'} "
         f"{dist['rl_gain']['mean']:+.3f} (bar "
         f"{verdict['bar']:+.2f}: {_yes(verdict['mean_gain_meets_bar'])}); every seed gains "
         f"({gains}: {_yes(verdict['every_seed_gains'])}); after-SFT [{sft[0]:.3f}, "
         f"{sft[1]:.3f}] and after-RL [{rl[0]:.3f}, {rl[1]:.3f}] intervals apart: "
         f"{_yes(verdict['intervals_apart'])}.",
     ]
-
-
-def _seeds_check(verdict: dict[str, Any]) -> str:
-    """Only where too few seeds ran (a verdict from before the check has none)."""
-    if verdict.get("enough_seeds", True):
-        return ""
-    return f" (at least {MIN_SEEDS}: no)"
 
 
 def _platform_line(result: dict[str, Any]) -> str:
