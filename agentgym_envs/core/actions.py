@@ -333,8 +333,7 @@ class ActionParser:
             return _calls_from_data(data)
         if _CALL_START.match(body) and ("<tool_call>" in body or "```" in body):
             try:
-                with pyast.AST_LOCK:
-                    module = ast.parse(body.rstrip(";"), mode="exec")
+                module = pyast.parse(body.rstrip(";"))
             except (SyntaxError, ValueError):  # not Python (3.11: null bytes are a ValueError)
                 return None
             calls = [
@@ -368,11 +367,13 @@ class ActionParser:
 
     def _calls_from_python(self, text: str) -> list[tuple[str, Any]]:
         try:
-            with pyast.AST_LOCK:
-                module = ast.parse(text.rstrip(";"), mode="exec")
-        except SyntaxError as exc:
+            module = pyast.parse(text.rstrip(";"))
+        except (SyntaxError, ValueError) as exc:  # null bytes: ValueError on some 3.11s
+            syntax = exc if isinstance(exc, SyntaxError) else None
+            where = f" (column {syntax.offset})" if syntax and syntax.offset else ""
+            reason = syntax.msg if syntax else str(exc)
             raise _ParseFailure(
-                ErrorCode.PARSE_ERROR, f"invalid call syntax: {exc.msg} (column {exc.offset})"
+                ErrorCode.PARSE_ERROR, f"invalid call syntax: {reason}{where}"
             ) from None
         calls = []
         for stmt in module.body:

@@ -427,8 +427,7 @@ def python_calls(text: str, params: Callable[[str], Sequence[str]]) -> list[Call
         SyntaxError, ValueError: the text is not only calls of bare names.
     """
     source = text.rstrip(";")
-    with pyast.AST_LOCK:
-        module = ast.parse(source, mode="exec")
+    module = pyast.parse(source)
     lines = _Lines(source)
     out = []
     for stmt in module.body:

@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym_envs.core import pyast
 from agentgym_envs.core.errors import ConfigError
-from agentgym_envs.core.pyast import AST_LOCK
 from agentgym_envs.llm.chat import Message
 
 ToolCallTuple = tuple[str, dict[str, Any]]
@@ -152,8 +152,7 @@ def _calls_from_json(text: str) -> list[ToolCallTuple] | None:
 def _call_from_python(line: str, params: Mapping[str, Sequence[str]]) -> ToolCallTuple | None:
     """Read ``name(arg=literal, ...)`` with :mod:`ast` (never eval)."""
     try:
-        with AST_LOCK:
-            node = ast.parse(line.rstrip(";"), mode="eval").body
+        node = pyast.parse(line.rstrip(";"), mode="eval").body
     except (SyntaxError, ValueError, RecursionError):
         return None
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):

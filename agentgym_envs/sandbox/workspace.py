@@ -450,7 +450,7 @@ def code_of(source: str | None) -> str | None:
 
 def _normalised_dump(source: str) -> str | None:
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return None
     for node in ast.walk(tree):
