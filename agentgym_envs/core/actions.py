@@ -334,7 +334,7 @@ class ActionParser:
         if _CALL_START.match(body) and ("<tool_call>" in body or "```" in body):
             try:
                 module = pyast.parse(body.rstrip(";"))
-            except (SyntaxError, ValueError):  # not Python (3.11: null bytes are a ValueError)
+            except (SyntaxError, ValueError):  # not Python (null bytes: ValueError on some 3.11s)
                 return None
             calls = [
                 stmt.value
