@@ -90,15 +90,44 @@ def markdown(report: dict[str, Any], why: str = "") -> str:
             fit = run.get("training_success")
             fit_text = "-" if fit is None else f"{fit['first']:.3f} -> {fit['last']:.3f}"
             lines.append(
-                f"| {algo} | {seed} | {run.get('sft_steps_done', '-')} | {cell(run['before_sft'])} "
+                f"| {algo} | {seed} | {_sft_cell(run)} | {cell(run['before_sft'])} "
                 f"| {cell(run['after_sft'])} | {cell(run['after_rl'])} | {run['rl_gain']:+.3f} "
                 f"| {fit_text} | {greedy[0]} | {greedy[1]} | {greedy[2]} | {run['wall_s']:.0f} |"
             )
+    lines += _capped_sft(report["algos"])
     lines += _async_comparison(report["algos"])
     lines += ["", "![curves](curves.png)", ""]
     if why:
         lines += ["## Why this recipe", "", why, ""]
     return "\n".join(lines)
+
+
+def _sft_cell(run: dict[str, Any]) -> str:
+    steps = run.get("sft_steps_done", "-")
+    return f"{steps} (cap)" if run.get("sft_capped") else str(steps)
+
+
+def _capped_sft(results: dict[str, Any]) -> list[str]:
+    """A sentence naming the seeds whose SFT ran into its cap without meeting its stop."""
+    capped = [
+        (algo, seed, run)
+        for algo, res in results.items()
+        for seed, run in res.get("seeds", {}).items()
+        if run.get("sft_capped")
+    ]
+    if not capped:
+        return []
+    parts = []
+    for algo, seed, run in capped:
+        last = run.get("sft_last_check")
+        check = "" if last is None else f", its last check at {last:.3f}"
+        parts.append(f"{algo} seed {seed} ({run['sft_steps_done']} steps{check})")
+    return [
+        "",
+        "SFT ran into its cap (`sft_steps`) without meeting the recipe's stop on "
+        + "; ".join(parts)
+        + ": RL started there from a policy that had not learned what the stop asks for.",
+    ]
 
 
 def verdict_lines(report: dict[str, Any]) -> list[str]:

@@ -234,6 +234,40 @@ def test_results_readme_without_greedy_evaluations_shows_dashes() -> None:
     assert "nan" not in text and "| +0.350 | - | - | - | - | 9 |" in text
 
 
+def test_results_name_the_seeds_whose_sft_ran_into_its_cap() -> None:
+    """A seed whose SFT hit ``sft_steps`` without meeting the recipe's stop is marked in
+    its row and named under the table, with its last check: its RL did not start from
+    what the recipe asks for. A stop met at the cap's own check is a stop."""
+    config = {"sft_steps": 2000, "sft_stop_success": 0.2, "sft_stop_loss": 0.0}
+    runs = [
+        (1650, [[1600, 0.12], [1650, 0.22]]),  # stopped
+        (2000, [[1950, 0.19], [2000, 0.21]]),  # stopped at the cap's own check
+        (2000, [[1950, 0.02], [2000, 0.03]]),  # capped
+    ]
+    per_seed = {
+        str(s): algo_result(
+            {
+                **_per_task_summary(0.2, 0.5),
+                "config": config,
+                "sft_steps_done": done,
+                "sft_checks": checks,
+            },
+            9.0,
+        )
+        for s, (done, checks) in enumerate(runs)
+    }
+    assert [r["sft_capped"] for r in per_seed.values()] == [False, False, True]
+    text = markdown(_report(per_seed))
+    assert "| grpo | 0 | 1650 |" in text and "| grpo | 1 | 2000 |" in text
+    assert "| grpo | 2 | 2000 (cap) |" in text
+    assert "without meeting the recipe's stop on grpo seed 2 (2000 steps, its last check" in text
+    assert "at 0.030)" in text
+    # no stop configured: a fixed step count is not a cap
+    fixed = algo_result({**_per_task_summary(0.2, 0.5), "config": {"sft_steps": 300}}, 9.0)
+    assert "sft_capped" not in fixed
+    assert "(cap)" not in markdown(_report({"0": fixed, "1": per_seed["0"]}))
+
+
 def test_calls_for_other_algorithms_are_merged_and_a_new_config_replaces_them(
     tmp_path: Path,
 ) -> None:
