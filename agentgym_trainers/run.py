@@ -24,11 +24,11 @@ from agentgym_envs.rollout import oracle_script
 from agentgym_envs.rollout.episodes import RolloutJob, Trajectory
 from agentgym_trainers import distributed as dist
 from agentgym_trainers.algorithms.sft import SFT
-from agentgym_trainers.batch import TrainSeq, agent_forward, collate
+from agentgym_trainers.batch import TrainSeq, agent_forward, collate, micro_batches
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.provenance import platform_info
 from agentgym_trainers.runlog import read_metrics
-from agentgym_trainers.trainer import Trainer, _chunks, env_seed
+from agentgym_trainers.trainer import Trainer, env_seed
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,8 @@ def sft_step(
     total = dist.all_sum([sum(s.agent_tokens for s in seqs)], trainer.device)[0]
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
-    for chunk in _chunks(seqs, trainer.cfg.optim.micro_batch_size):
-        batch = collate(chunk, trainer.chat.pad_id, trainer.device)
+    for picked in micro_batches(seqs, trainer.cfg.optim.micro_batch_size):
+        batch = collate([seqs[i] for i in picked], trainer.chat.pad_id, trainer.device)
         out = agent_forward(trainer.lm, None, batch, 1.0)
         loss = -out.logprobs.sum() / total
         loss.backward()

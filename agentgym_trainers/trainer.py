@@ -67,7 +67,7 @@ from agentgym_trainers.async_rollout import (
     fresh_tokens,
     snapshot,
 )
-from agentgym_trainers.batch import TrainSeq, agent_forward, collate
+from agentgym_trainers.batch import TrainSeq, agent_forward, collate, micro_batches
 from agentgym_trainers.branching import BranchStats, branch_metrics, make_brancher
 from agentgym_trainers.config import VAL_SPLIT, TrainConfig
 from agentgym_trainers.curriculum import CurriculumSampler
@@ -474,8 +474,9 @@ class Trainer:
     ) -> list[list[float]]:
         """Per-token log-probabilities (or values) under the current weights (or under
         ``model``), aligned to tokens (0 where mask is 0)."""
-        out: list[list[float]] = []
-        for chunk in _chunks(list(seqs), self.cfg.optim.micro_batch_size):
+        out: list[list[float]] = [[] for _ in seqs]
+        for picked in micro_batches(seqs, self.cfg.optim.micro_batch_size):
+            chunk = [seqs[i] for i in picked]
             batch = collate(chunk, self.chat.pad_id, self.device)
             lm = self.lm if model is None else model
             res = agent_forward(
@@ -486,13 +487,13 @@ class Trainer:
             flat = source.float().cpu().tolist()
             masks = batch.mask.bool().tolist()  # one transfer, not a tensor read per token
             k = 0
-            for row, s in enumerate(chunk):
+            for row, (i, s) in enumerate(zip(picked, chunk, strict=True)):
                 per = [0.0] * len(s.ids)
                 for t in range(1, len(s.ids)):
                     if masks[row][t]:
                         per[t] = flat[k]
                         k += 1
-                out.append(per)
+                out[i] = per
         return out
 
     def update(self, seqs: list[TrainSeq]) -> dict[str, float]:
@@ -596,7 +597,8 @@ class Trainer:
         total_tokens, total_seqs = dist.all_sum([local_tokens, len(pairs)], self.device)
         sums: dict[str, float] = {}
         if total_tokens > 0:
-            for chunk in _chunks(list(pairs), self.cfg.optim.micro_batch_size):
+            for picked in micro_batches([s for s, _ in pairs], self.cfg.optim.micro_batch_size):
+                chunk = [pairs[i] for i in picked]
                 for key, value in self._micro_step(chunk, total_tokens, total_seqs).items():
                     sums[key] = sums.get(key, 0.0) + value
         dist.all_reduce_gradients(self.params)
@@ -714,10 +716,6 @@ def _sequence_weights(
     if mode == "seq-mean":  # every sequence counts the same, whatever its length
         return [1.0 / (max(s.agent_tokens, 1) * total_seqs) for s in seqs]
     return [1.0 / (total_seqs * budget) for _ in seqs]  # Dr. GRPO's constant normaliser
-
-
-def _chunks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _by_task(gathered: Sequence[tuple[str | None, EpisodeSummary, int]]) -> dict[str, list[bool]]:

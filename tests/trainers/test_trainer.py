@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from agentgym_envs.core.info import Outcome
 from agentgym_envs.rollout.episodes import RolloutJob
-from agentgym_trainers.batch import TrainSeq, agent_forward, collate
+from agentgym_trainers.batch import TrainSeq, agent_forward, collate, micro_batches
 from agentgym_trainers.config import TrainConfig
 from agentgym_trainers.envs import CHARSETS
 from agentgym_trainers.trainer import Trainer
@@ -185,6 +185,25 @@ def test_loss_and_gradient_do_not_depend_on_micro_batch_size(lake_trainer: Train
         assert loss == pytest.approx(results[0][0], rel=1e-5, abs=1e-7)
         for a, b in zip(g, results[0][1], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_micro_batches_group_similar_lengths_and_keep_every_sequence() -> None:
+    """A right-padded micro-batch computes up to its longest sequence: cut after a sort
+    by length, the micro-batches pad fewer positions than arrival order, and every
+    sequence is in exactly one of them."""
+    lengths = [5, 50, 6, 48, 7, 52, 4, 49, 30]
+    seqs = [TrainSeq(ids=[1] * n, mask=[1] * n, sampler_logprobs=[0.0] * n, traj=0, version=0)
+            for n in lengths]  # fmt: skip
+    picked = micro_batches(seqs, 2)
+    assert sorted(i for chunk in picked for i in chunk) == list(range(len(seqs)))
+    assert all(len(chunk) <= 2 for chunk in picked)
+
+    def padded(chunks: list[list[int]]) -> int:
+        return sum(max(lengths[i] for i in c) * len(c) - sum(lengths[i] for i in c) for c in chunks)
+
+    arrival = [list(range(i, min(i + 2, len(seqs)))) for i in range(0, len(seqs), 2)]
+    assert padded(picked) < padded(arrival) // 5
+    assert [lengths[i] for c in picked for i in c] == sorted(lengths)
 
 
 # -- what never reaches the loss ---------------------------------------------------------------
