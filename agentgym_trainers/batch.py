@@ -84,7 +84,7 @@ def micro_batches(seqs: Sequence[TrainSeq], size: int) -> list[list[int]]:
 
     A right-padded micro-batch computes every position up to its longest sequence, so
     micro-batches of similar lengths compute fewer padding positions than arrival order
-    (128 FrozenLake episodes of 1 to 8 turns: about a third fewer). What is summed over
+    (128 FrozenLake episodes of 1 to 8 turns: about 30% fewer). What is summed over
     micro-batches (gradients, loss statistics) does not depend on their order up to
     float rounding; a caller that returns per-sequence results puts them back by index.
     """
