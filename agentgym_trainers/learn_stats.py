@@ -83,10 +83,11 @@ def algo_result(summary: dict[str, Any], wall_s: float) -> dict[str, Any]:
             "intervals_separate_greedy": g1["ci95"][0] > g0["ci95"][1],
         }
     rl_seconds = float(summary.get("rl_seconds", 0.0))
+    sft_done = int(summary.get("sft_steps_done", len(summary.get("sft_loss", []))))
     return {
         **phases,
-        "sft_steps_done": int(summary.get("sft_steps_done", len(summary.get("sft_loss", [])))),
-        **sft_stop(summary),
+        "sft_steps_done": sft_done,
+        **sft_stop(summary, sft_done),
         "rl_gain": round(end["success"] - start["success"], 4),
         "intervals_separate": end["ci95"][0] > start["ci95"][1],
         "wilson_separate": end["wilson95"][0] > start["wilson95"][1],
@@ -101,11 +102,11 @@ def algo_result(summary: dict[str, Any], wall_s: float) -> dict[str, Any]:
     }
 
 
-def sft_stop(summary: dict[str, Any]) -> dict[str, Any]:
-    """Whether SFT ended by the recipe's stop or ran into its cap (``sft_steps``) without
-    meeting it: ``{"sft_capped": bool, "sft_last_check": success}`` where a stop (a success
-    or a loss threshold) is configured, else nothing. A capped seed's RL started from a
-    policy that had not learned what the stop asks for, whatever RL then does."""
+def sft_stop(summary: dict[str, Any], done: int) -> dict[str, Any]:
+    """Whether SFT, ``done`` steps long, ended by the recipe's stop or ran into its cap
+    (``sft_steps``) without meeting it: ``{"sft_capped": bool, "sft_last_check": success}``
+    where a stop (a success or a loss threshold) is configured, else nothing. A capped
+    seed's RL started from a policy that had not learned what the stop asks for."""
     config = summary.get("config", {})
     cap = int(config.get("sft_steps", 0))
     stop_success = float(config.get("sft_stop_success", 0.0))
@@ -114,7 +115,6 @@ def sft_stop(summary: dict[str, Any]) -> dict[str, Any]:
         return {}
     checks = summary.get("sft_checks", [])
     last = float(checks[-1][1]) if checks else None
-    done = int(summary.get("sft_steps_done", len(summary.get("sft_loss", []))))
     met = done < cap or (bool(stop_success) and last is not None and last >= stop_success)
     return {"sft_capped": not met, "sft_last_check": last}
 
